@@ -1,0 +1,1 @@
+"""servelab: serve models over the Open Inference Protocol and measure which runtime meets your SLA."""

@@ -1,0 +1,26 @@
+"""The ``servelab`` command: serve | bench | compare | graph | demo.
+
+Each sub-command lives in its own module of this package and is registered here.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from servelab.cli import bench as _bench
+from servelab.cli import demo as _demo
+from servelab.cli import graph as _graph
+from servelab.cli import serve as _serve
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+_serve.register(app)
+_demo.register(app)
+_bench.register(app)
+app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]
