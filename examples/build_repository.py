@@ -1,0 +1,192 @@
+"""Write the bundled example repository from tiny models built here (nothing is downloaded).
+
+    python examples/build_repository.py [--out examples/repository]
+
+Models:
+- ``simple``            ONNX, Triton's classic: INT32 [16] INPUT0 + INPUT1 -> OUTPUT0 (sum), OUTPUT1 (difference)
+- ``mlp_onnx``          a 16 -> 64 -> 8 MLP on ONNX Runtime
+- ``mlp_torchscript``   the same MLP as TorchScript on torch
+- ``mlp_openvino``      the same MLP as OpenVINO IR
+- ``preprocess``        Python backend: UINT8 [16] pixels -> normalised FP32 [16]
+- ``pipeline``          ensemble: preprocess -> mlp_torchscript -> OUTPUT (classification-ready scores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+HERE = Path(__file__).parent
+SEED = 0
+
+
+def build_simple(repo: Path) -> None:
+    d = repo / "simple"
+    (d / "1").mkdir(parents=True)
+    x0 = helper.make_tensor_value_info("INPUT0", TensorProto.INT32, ["batch", 16])
+    x1 = helper.make_tensor_value_info("INPUT1", TensorProto.INT32, ["batch", 16])
+    y0 = helper.make_tensor_value_info("OUTPUT0", TensorProto.INT32, ["batch", 16])
+    y1 = helper.make_tensor_value_info("OUTPUT1", TensorProto.INT32, ["batch", 16])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]), helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+        "simple",
+        [x0, x1],
+        [y0, y1],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    onnx.checker.check_model(model)
+    onnx.save(model, d / "1" / "model.onnx")
+    (d / "config.pbtxt").write_text(
+        textwrap.dedent(
+            """\
+            name: "simple"
+            platform: "onnxruntime_onnx"
+            max_batch_size: 8
+            input [
+              { name: "INPUT0", data_type: TYPE_INT32, dims: [16] },
+              { name: "INPUT1", data_type: TYPE_INT32, dims: [16] }
+            ]
+            output [
+              { name: "OUTPUT0", data_type: TYPE_INT32, dims: [16] },
+              { name: "OUTPUT1", data_type: TYPE_INT32, dims: [16] }
+            ]
+            """
+        )
+    )
+
+
+def make_mlp() -> object:
+    import torch
+
+    torch.manual_seed(SEED)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+
+
+def build_mlps(repo: Path) -> None:
+    import torch
+
+    from servelab.convert.export import export_onnx, export_openvino, export_torchscript
+
+    mlp = make_mlp()
+    example = (torch.zeros(1, 16),)
+    labels = "\n".join(f"class_{i}" for i in range(8)) + "\n"
+    io = """\
+        input [ {{ name: "{i}", data_type: TYPE_FP32, dims: [16] }} ]
+        output [ {{ name: "{o}", data_type: TYPE_FP32, dims: [8], label_filename: "labels.txt" }} ]
+        """
+    specs = {
+        "mlp_onnx": ("model.onnx", "onnxruntime_onnx", "INPUT", "OUTPUT"),
+        "mlp_torchscript": ("model.pt", "pytorch_libtorch", "INPUT__0", "OUTPUT__0"),
+        "mlp_openvino": ("model.xml", "openvino", "INPUT", "OUTPUT"),
+    }
+    for name, (filename, platform, i, o) in specs.items():
+        d = repo / name
+        (d / "1").mkdir(parents=True)
+        (d / "labels.txt").write_text(labels)
+        backend = 'backend: "openvino"' if platform == "openvino" else f'platform: "{platform}"'
+        (d / "config.pbtxt").write_text(
+            f'name: "{name}"\n{backend}\nmax_batch_size: 32\n' + textwrap.dedent(io.format(i=i, o=o))
+        )
+    export_onnx(mlp, example, repo / "mlp_onnx/1/model.onnx", ["INPUT"], ["OUTPUT"])
+    export_torchscript(mlp, example, repo / "mlp_torchscript/1/model.pt")
+    export_openvino(repo / "mlp_onnx/1/model.onnx", repo / "mlp_openvino/1/model.xml")
+
+
+PREPROCESS = '''\
+"""Python backend example: normalise UINT8 pixels to FP32, as a pre-processing step would."""
+
+import numpy as np
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.mean, self.std = 127.5, 64.0
+
+    def execute(self, requests):
+        return [
+            {"PIXELS_NORM": (r.inputs["PIXELS"].astype(np.float32) - self.mean) / self.std}
+            for r in requests
+        ]
+
+    def finalize(self):
+        pass
+'''
+
+
+def build_preprocess(repo: Path) -> None:
+    d = repo / "preprocess"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.py").write_text(PREPROCESS)
+    (d / "config.pbtxt").write_text(
+        textwrap.dedent(
+            """\
+            name: "preprocess"
+            backend: "python"
+            max_batch_size: 32
+            input [ { name: "PIXELS", data_type: TYPE_UINT8, dims: [16] } ]
+            output [ { name: "PIXELS_NORM", data_type: TYPE_FP32, dims: [16] } ]
+            """
+        )
+    )
+
+
+def build_pipeline(repo: Path) -> None:
+    d = repo / "pipeline"
+    (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(
+        textwrap.dedent(
+            """\
+            name: "pipeline"
+            platform: "ensemble"
+            max_batch_size: 32
+            input [ { name: "PIXELS", data_type: TYPE_UINT8, dims: [16] } ]
+            output [ { name: "SCORES", data_type: TYPE_FP32, dims: [8] } ]
+            ensemble_scheduling {
+              step [
+                {
+                  model_name: "preprocess"
+                  model_version: -1
+                  input_map { key: "PIXELS" value: "PIXELS" }
+                  output_map { key: "PIXELS_NORM" value: "normalised" }
+                },
+                {
+                  model_name: "mlp_torchscript"
+                  model_version: -1
+                  input_map { key: "INPUT__0" value: "normalised" }
+                  output_map { key: "OUTPUT__0" value: "SCORES" }
+                }
+              ]
+            }
+            """
+        )
+    )
+
+
+def build(out: Path, with_graph: bool = True) -> Path:
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    np.random.seed(SEED)
+    build_simple(out)
+    build_mlps(out)
+    build_preprocess(out)
+    build_pipeline(out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=HERE / "repository")
+    args = parser.parse_args()
+    path = build(args.out)
+    print(f"example repository written to {path}: {', '.join(sorted(p.name for p in path.iterdir()))}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Helpers the runtime backends share: tensor specs read from model files, config auto-complete,
+typed parameters and model-file lookup.
+
+Auto-complete follows Triton's rules. A model *batches* when every input and output has rank >= 1
+and a dynamic (-1 / symbolic) first dimension. When the config gives ``max_batch_size: 0`` (the
+proto3 default, so indistinguishable from "not given") and the model batches, auto-complete sets
+``max_batch_size`` to :data:`DEFAULT_MAX_BATCH_SIZE` (4, as Triton does, so one repository behaves
+the same on both servers) and drops the batch dimension from ``dims`` -- unless the user wrote a
+tensor whose dims already have the model's full rank, which states that the model is served
+without batching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import Message
+
+from servelab.errors import InvalidArgument
+from servelab.protocol import model_config_pb2 as mc
+from servelab.types import DataType
+
+__all__ = [
+    "DEFAULT_MAX_BATCH_SIZE",
+    "TensorSpec",
+    "bool_param",
+    "complete_config",
+    "config_dtype",
+    "int_param",
+    "model_file",
+    "to_config_dtype",
+]
+
+DEFAULT_MAX_BATCH_SIZE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One model tensor as the runtime sees it: full shape, -1 for a dynamic dimension."""
+
+    name: str
+    dtype: DataType
+    shape: tuple[int, ...]
+
+
+def config_dtype(value: int) -> DataType:
+    """The DataType of a config ``data_type`` enum value."""
+    return DataType.from_triton(mc.DataType.Name(value))
+
+
+def to_config_dtype(dtype: DataType) -> int:
+    """The config ``data_type`` enum value of a DataType."""
+    return int(mc.DataType.Value(dtype.triton_name))
+
+
+def model_file(config: mc.ModelConfig, version_dir: Path, *defaults: str) -> Path:
+    """The model file: the config's ``default_model_filename``, else the first default that exists."""
+    if config.default_model_filename:
+        path = version_dir / config.default_model_filename
+        if not path.exists():
+            raise InvalidArgument(f"model file {path} (default_model_filename) does not exist")
+        return path
+    for name in defaults:
+        if (version_dir / name).exists():
+            return version_dir / name
+    raise InvalidArgument(f"no model file in {version_dir}; expected one of {list(defaults)}")
+
+
+def int_param(config: mc.ModelConfig, key: str, default: int | None) -> int | None:
+    """An integer parameter from the config's ``parameters`` map, with a clear error when malformed."""
+    if key not in config.parameters:
+        return default
+    raw = config.parameters[key].string_value
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidArgument(f"parameter {key!r} must be an integer, got {raw!r}") from None
+
+
+def bool_param(config: mc.ModelConfig, key: str, default: bool) -> bool:
+    """A 0/1 (or true/false) parameter from the config's ``parameters`` map."""
+    if key not in config.parameters:
+        return default
+    raw = config.parameters[key].string_value.strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise InvalidArgument(f"parameter {key!r} must be 0 or 1, got {raw!r}")
+
+
+def model_batches(specs: list[TensorSpec]) -> bool:
+    """True when every tensor has a dynamic first dimension (the batch axis)."""
+    return bool(specs) and all(len(s.shape) >= 1 and s.shape[0] < 0 for s in specs)
+
+
+def complete_config(config: mc.ModelConfig, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
+    """Fill missing tensors, data types, dims and max_batch_size in place; check what is given."""
+    everything = inputs + outputs
+    full_rank_given = any(
+        len(t.dims) == len(s.shape) and len(s.shape) > 0
+        for field, specs in ((config.input, inputs), (config.output, outputs))
+        for t in field
+        for s in specs
+        if s.name == t.name
+    )
+    if config.max_batch_size > 0:
+        for s in everything:
+            if len(s.shape) == 0 or s.shape[0] >= 0:
+                first = s.shape[0] if s.shape else "none (scalar)"
+                raise InvalidArgument(
+                    f"config sets max_batch_size {config.max_batch_size} but model tensor '{s.name}' has "
+                    f"a fixed first dimension ({first}); set max_batch_size: 0 or export with a dynamic batch"
+                )
+    elif model_batches(everything) and not full_rank_given:
+        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    skip = 1 if config.max_batch_size > 0 else 0
+    _complete_field(config.input, inputs, skip, "input")
+    _complete_field(config.output, outputs, skip, "output")
+
+
+def _complete_field(field: Any, specs: list[TensorSpec], skip: int, kind: str) -> None:
+    by_name = {s.name: s for s in specs}
+    for given in field:
+        if given.name not in by_name:
+            raise InvalidArgument(
+                f"config {kind} '{given.name}' is not in the model; the model's {kind}s are {sorted(by_name)}"
+            )
+    present = {t.name for t in field}
+    for spec in specs:
+        if spec.name not in present:
+            field.add(name=spec.name)
+    for tensor in field:
+        _complete_tensor(tensor, by_name[tensor.name], skip, kind)
+
+
+def _complete_tensor(tensor: Message, spec: TensorSpec, skip: int, kind: str) -> None:
+    model_dims = list(spec.shape[skip:])
+    dtype_value = to_config_dtype(spec.dtype)
+    if tensor.data_type == mc.TYPE_INVALID:  # type: ignore[attr-defined]
+        tensor.data_type = dtype_value  # type: ignore[attr-defined]
+    elif tensor.data_type != dtype_value:  # type: ignore[attr-defined]
+        raise InvalidArgument(
+            f"{kind} '{spec.name}': config data_type {mc.DataType.Name(tensor.data_type)} "  # type: ignore[attr-defined]
+            f"but the model has {spec.dtype.triton_name}"
+        )
+    dims = list(tensor.dims)  # type: ignore[attr-defined]
+    if not dims and model_dims:
+        tensor.dims.extend(model_dims)  # type: ignore[attr-defined]
+        return
+    if len(dims) != len(model_dims):
+        raise InvalidArgument(
+            f"{kind} '{spec.name}': config dims {dims} (rank {len(dims)}) but the model has shape "
+            f"{list(spec.shape)}, i.e. dims {model_dims} (rank {len(model_dims)})"
+            + (" after dropping the batch dimension" if skip else "")
+        )
+    for given, actual in zip(dims, model_dims, strict=True):
+        if given >= 0 and actual >= 0 and given != actual:
+            raise InvalidArgument(f"{kind} '{spec.name}': config dims {dims} but the model has dims {model_dims}")

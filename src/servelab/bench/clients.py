@@ -1,0 +1,156 @@
+"""Request senders, one per target kind. Bodies are encoded once in ``prepare``; ``send`` only ships
+bytes and raises ``RequestFailed`` with a short error kind (``http_503``, ``grpc_UNAVAILABLE``,
+``timeout``, ``connection``) that the statistics count.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import aiohttp
+import orjson
+
+from servelab.bench import _encode
+from servelab.bench.inputs import Request
+from servelab.bench.specs import TargetSpec
+from servelab.errors import InvalidArgument
+
+__all__ = ["Client", "OipHttpClient", "RequestFailed", "TfServingClient", "TorchServeClient", "make_client"]
+
+
+class RequestFailed(Exception):
+    """One request failed; ``kind`` is the error bucket it is counted in."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+
+
+class Client(ABC):
+    """Sends pre-encoded requests to one model on one target."""
+
+    def __init__(self, target: TargetSpec, model: str, max_inflight: int) -> None:
+        self.target = target
+        self.model = model
+        self.max_inflight = max_inflight
+
+    @abstractmethod
+    def prepare(self, requests: list[Request]) -> None:
+        """Encode the requests to cycle through (called once, before ``start``)."""
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Open connections / sessions inside the running event loop."""
+
+    @abstractmethod
+    async def send(self, index: int) -> None:
+        """Send prepared request ``index`` and wait for its full response."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections."""
+
+    @property
+    @abstractmethod
+    def n_prepared(self) -> int:
+        """How many distinct requests were prepared."""
+
+
+class _HttpClient(Client):
+    """Shared aiohttp plumbing: one keep-alive session, a POST per request."""
+
+    def __init__(self, target: TargetSpec, model: str, max_inflight: int) -> None:
+        super().__init__(target, model, max_inflight)
+        self._session: aiohttp.ClientSession | None = None
+        self._bodies: list[tuple[bytes, dict[str, str]]] = []
+        self._url = ""
+
+    @property
+    def n_prepared(self) -> int:
+        return len(self._bodies)
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=self.max_inflight, force_close=False, ttl_dns_cache=None)
+        timeout = aiohttp.ClientTimeout(total=self.target.timeout_s)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",))
+
+    async def send(self, index: int) -> None:
+        assert self._session is not None, "start() must be awaited before send()"
+        body, headers = self._bodies[index]
+        try:
+            async with self._session.post(self._url, data=body, headers=headers) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise RequestFailed(f"http_{resp.status}")
+        except TimeoutError as exc:
+            raise RequestFailed("timeout") from exc
+        except aiohttp.ClientConnectionError as exc:
+            raise RequestFailed("connection", str(exc)) from exc
+        except aiohttp.ClientError as exc:
+            raise RequestFailed("http_client", type(exc).__name__) from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class OipHttpClient(_HttpClient):
+    """Open Inference Protocol over HTTP: binary tensor extension by default, JSON on request."""
+
+    def prepare(self, requests: list[Request]) -> None:
+        version = f"/versions/{self.target.model_version}" if self.target.model_version else ""
+        self._url = f"{self.target.http_base()}/v2/models/{self.model}{version}/infer"
+        self._bodies = []
+        for r in requests:
+            if self.target.binary:
+                body, n = _encode.oip_binary_body(r)
+                headers = {"Inference-Header-Content-Length": str(n), "Content-Type": "application/octet-stream"}
+            else:
+                body, headers = _encode.oip_json_body(r), {"Content-Type": "application/json"}
+            self._bodies.append((body, headers))
+
+
+class TorchServeClient(_HttpClient):
+    """TorchServe ``POST /predictions/{m}``: a raw file body, or JSON ``{name: nested list}``."""
+
+    def prepare(self, requests: list[Request]) -> None:
+        version = f"/{self.target.model_version}" if self.target.model_version else ""
+        self._url = f"{self.target.http_base()}/predictions/{self.model}{version}"
+        self._bodies = []
+        for r in requests:
+            raw = _encode.raw_bytes(r)
+            if raw is not None:
+                self._bodies.append((raw, {"Content-Type": "application/octet-stream"}))
+            else:
+                body = orjson.dumps({n: a.tolist() for n, a in r.items()}, option=orjson.OPT_SERIALIZE_NUMPY)
+                self._bodies.append((body, {"Content-Type": "application/json"}))
+
+
+class TfServingClient(_HttpClient):
+    """TF Serving REST ``POST /v1/models/{m}:predict`` in the columnar ``inputs`` format."""
+
+    def prepare(self, requests: list[Request]) -> None:
+        version = f"/versions/{self.target.model_version}" if self.target.model_version else ""
+        self._url = f"{self.target.http_base()}/v1/models/{self.model}{version}:predict"
+        self._bodies = [(_encode.tfserving_body(r), {"Content-Type": "application/json"}) for r in requests]
+
+
+def make_client(target: TargetSpec, model: str, max_inflight: int) -> Client:
+    """The client for ``target.kind``; gRPC and in-process clients are imported lazily."""
+    if target.kind == "oip-http":
+        return OipHttpClient(target, model, max_inflight)
+    if target.kind == "torchserve":
+        return TorchServeClient(target, model, max_inflight)
+    if target.kind == "tfserving":
+        return TfServingClient(target, model, max_inflight)
+    if target.kind == "oip-grpc":
+        from servelab.bench._grpc_client import OipGrpcClient
+
+        return OipGrpcClient(target, model, max_inflight)
+    if target.kind == "inprocess":
+        from servelab.bench._inprocess_client import InProcessClient
+
+        return InProcessClient(target, model, max_inflight)
+    raise InvalidArgument(f"unknown target kind {target.kind!r}")
+

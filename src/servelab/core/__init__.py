@@ -1,0 +1,1 @@
+"""The server core: registry, scheduling and the data plane every front-end calls."""

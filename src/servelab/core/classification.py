@@ -1,0 +1,33 @@
+"""Triton's classification extension: top-k classes of an output as BYTES "value:index[:label]"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from servelab.errors import InvalidArgument
+
+__all__ = ["classify", "read_labels"]
+
+
+def read_labels(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def classify(array: np.ndarray, count: int, batched: bool, labels: list[str], name: str) -> np.ndarray:
+    """Top ``count`` entries per batch row (or of the whole tensor when not batched)."""
+    if array.dtype.kind not in "biuf":
+        raise InvalidArgument(f"output '{name}' has datatype {array.dtype}; classification needs a numeric output")
+    rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
+    k = min(count, rows.shape[1])
+    order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
+    out = np.empty((rows.shape[0], k), dtype=object)
+    for r in range(rows.shape[0]):
+        for j, idx in enumerate(order[r]):
+            value = rows[r, idx]
+            text = f"{float(value):f}:{idx}"
+            if idx < len(labels):
+                text += f":{labels[idx]}"
+            out[r, j] = text.encode()
+    return out if batched else out.reshape(k)

@@ -1,0 +1,244 @@
+"""The single handler every front-end calls: health, metadata, config, infer, statistics, repository.
+
+Front-ends only translate their wire format to and from :mod:`servelab.types`; everything a request
+goes through (lookup, validation, scheduling, output selection, classification, statistics) is here,
+once, so that REST, gRPC, the compatibility APIs and the in-process Engine behave the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+
+from servelab.backends.base import Inputs, Outputs
+from servelab.core.classification import classify, read_labels
+from servelab.core.registry import LoadedVersion, ModelRegistry, ModelState
+from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable
+from servelab.protocol import model_config_pb2 as mc
+from servelab.repository import config_from_json
+from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
+
+__all__ = ["SERVER_NAME", "SERVER_VERSION", "DataPlane"]
+
+SERVER_NAME = "servelab"
+SERVER_VERSION = "0.1.0"
+BASE_EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "model_configuration",
+    "statistics",
+    "parameters",
+)
+
+
+class DataPlane:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        *,
+        request_timeout_s: float = 60.0,
+        extensions: tuple[str, ...] = BASE_EXTENSIONS,
+        strict_readiness: bool = True,
+    ) -> None:
+        self.registry = registry
+        self.request_timeout_s = request_timeout_s
+        self.extensions = list(extensions)
+        self.strict_readiness = strict_readiness
+        self._started = False
+        self._startup_models: list[str] = []
+        self._labels: dict[tuple[str, int, str], list[str]] = {}
+        registry.infer_fn = self._internal_infer
+
+    # ----- health and metadata -----
+    def startup(self, names: list[str] | None = None) -> None:
+        self.registry.startup(names)
+        self._startup_models = [r.name for r in self.registry.records()]
+        self._started = True
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        if not self._started:
+            return False
+        if not self.strict_readiness:
+            return True
+        for name in self._startup_models:
+            try:
+                record = self.registry.record(name)
+            except NotFound:
+                continue
+            if record.state is not ModelState.READY and record.reason != "unloaded":
+                return False
+        return True
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(self.extensions)}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.registry.is_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        lv = self.registry.get(name, version)
+        record = self.registry.record(name)
+        sig = lv.signature
+
+        def shape(dims: tuple[int, ...]) -> list[int]:
+            return ([-1] if sig.batched else []) + list(dims)
+
+        return {
+            "name": name,
+            "versions": [str(v) for v in sorted(record.versions)],
+            "platform": _platform(lv.config),
+            "inputs": [{"name": s.name, "datatype": s.datatype.value, "shape": shape(s.dims)} for s in sig.inputs.values()],
+            "outputs": [
+                {"name": s.name, "datatype": s.datatype.value, "shape": shape(s.dims)} for s in sig.outputs.values()
+            ],
+        }
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return self.registry.get(name, version).config
+
+    # ----- inference -----
+    def infer(self, request: InferRequest) -> InferResponse:
+        """Synchronous inference (in-process callers and worker threads)."""
+        t0 = time.perf_counter_ns()
+        lv = self.registry.get(request.model_name, request.model_version)
+        try:
+            inputs = lv.signature.check_tensors(request.inputs)
+            self._check_requested(lv, request.outputs)
+            outputs = lv.scheduler.run(inputs)
+            response = self._response(lv, request, outputs)
+        except ServelabError:
+            lv.stats.record_request(False, time.perf_counter_ns() - t0)
+            raise
+        lv.stats.record_request(True, time.perf_counter_ns() - t0)
+        return response
+
+    async def infer_async(self, request: InferRequest) -> InferResponse:
+        """Inference for the servers: validation here, the runtime in a worker, a timeout on the whole."""
+        t0 = time.perf_counter_ns()
+        lv = self.registry.get(request.model_name, request.model_version)
+        try:
+            inputs = lv.signature.check_tensors(request.inputs)
+            self._check_requested(lv, request.outputs)
+            try:
+                outputs = await asyncio.wait_for(
+                    lv.scheduler.run_async(inputs, request.parameters), self.request_timeout_s
+                )
+            except TimeoutError:
+                raise Unavailable(
+                    f"model '{request.model_name}' did not answer within {self.request_timeout_s:g} s"
+                ) from None
+            response = self._response(lv, request, outputs)
+        except ServelabError:
+            lv.stats.record_request(False, time.perf_counter_ns() - t0)
+            raise
+        lv.stats.record_request(True, time.perf_counter_ns() - t0)
+        return response
+
+    def infer_arrays(
+        self, name: str, inputs: dict[str, np.ndarray], version: str = "", outputs: list[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """The in-process fast path: numpy in, numpy out, same validation and statistics."""
+        t0 = time.perf_counter_ns()
+        lv = self.registry.get(name, version)
+        try:
+            checked = lv.signature.check_arrays(inputs)
+            result = lv.scheduler.run(checked)
+            if outputs is not None:
+                lv.signature.check_outputs(outputs)
+                result = {n: result[n] for n in outputs}
+            elif len(result) != len(lv.signature.outputs):
+                result = {n: result[n] for n in lv.signature.outputs if n in result}
+        except ServelabError:
+            lv.stats.record_request(False, time.perf_counter_ns() - t0)
+            raise
+        lv.stats.record_request(True, time.perf_counter_ns() - t0)
+        return result
+
+    def _internal_infer(self, name: str, version: str, inputs: Inputs) -> Outputs:
+        """How ensembles call their steps: validated, scheduled and counted like any request."""
+        return self.infer_arrays(name, inputs, version)
+
+    def _check_requested(self, lv: LoadedVersion, requested: list[RequestedOutput]) -> None:
+        for r in requested:
+            if r.name not in lv.signature.outputs:
+                raise InvalidArgument(
+                    f"model '{lv.name}': unknown requested output '{r.name}'; expected one of "
+                    f"{sorted(lv.signature.outputs)}"
+                )
+            if r.class_count < 0:
+                raise InvalidArgument(f"requested output '{r.name}': classification must be >= 0")
+
+    def _response(self, lv: LoadedVersion, request: InferRequest, outputs: Outputs) -> InferResponse:
+        t0 = time.perf_counter_ns()
+        tensors: list[Tensor] = []
+        wanted = request.outputs or [RequestedOutput(n) for n in lv.signature.outputs]
+        for r in wanted:
+            array = outputs.get(r.name)
+            if array is None:
+                raise Unavailable(f"model '{lv.name}' produced no output '{r.name}'")
+            if r.class_count > 0:
+                labels = self._labels_for(lv, r.name)
+                array = classify(array, r.class_count, lv.signature.batched, labels, r.name)
+                tensors.append(Tensor(r.name, DataType.BYTES, tuple(array.shape), array, dict(r.parameters)))
+                continue
+            datatype = DataType.from_numpy(array.dtype)
+            tensors.append(Tensor(r.name, datatype, tuple(array.shape), array, dict(r.parameters)))
+        lv.stats.compute_output.add(time.perf_counter_ns() - t0, 0)
+        return InferResponse(lv.name, str(lv.version), tensors, request.id)
+
+    def _labels_for(self, lv: LoadedVersion, output: str) -> list[str]:
+        key = (lv.name, lv.version, output)
+        labels = self._labels.get(key)
+        if labels is None:
+            spec = next((o for o in lv.config.output if o.name == output), None)
+            labels = []
+            if spec is not None and spec.label_filename:
+                labels = read_labels(self.registry.repository.model_dir(lv.name) / spec.label_filename)
+            self._labels[key] = labels
+        return labels
+
+    # ----- statistics and repository -----
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        rows: list[dict[str, Any]] = []
+        if name:
+            record = self.registry.record(name)
+            if version:
+                rows.append(self.registry.get(name, version).stats.as_dict())
+            else:
+                rows.extend(lv.stats.as_dict() for _, lv in sorted(record.versions.items()))
+        else:
+            for record in self.registry.records():
+                rows.extend(lv.stats.as_dict() for _, lv in sorted(record.versions.items()))
+        return {"model_stats": rows}
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        rows = self.registry.index()
+        return [r for r in rows if r["state"] == "READY"] if ready_only else rows
+
+    def load_model(self, name: str, config_json: str | None = None) -> None:
+        override = config_from_json(config_json, name) if config_json else None
+        self.registry.load(name, override)
+
+    def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self.registry.unload(name)
+
+    def close(self) -> None:
+        self.registry.close()
+
+
+def _platform(config: mc.ModelConfig) -> str:
+    if config.platform:
+        return config.platform
+    return {
+        "onnxruntime": "onnxruntime_onnx",
+        "pytorch": "pytorch_libtorch",
+        "tensorrt": "tensorrt_plan",
+        "tensorflow": "tensorflow_savedmodel",
+    }.get(config.backend, config.backend)

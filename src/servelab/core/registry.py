@@ -1,0 +1,310 @@
+"""Models in memory: load, unload and reload versions; states; model control modes.
+
+A model that fails to load is UNAVAILABLE with the reason and leaves every other model serving. A
+reload builds the new versions beside the old ones and swaps them in only when all loaded; a failed
+reload keeps the old versions serving. Unload drains in-flight requests first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from servelab.backends import backend_class
+from servelab.backends.base import Backend, BackendContext, InferFn
+from servelab.config.settings import ControlMode, default_threads
+from servelab.core.instances import DirectScheduler, Scheduler
+from servelab.core.stats import ModelStats
+from servelab.core.validation import Signature
+from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
+from servelab.protocol import model_config_pb2 as mc
+from servelab.repository import ModelRepository, ModelSource
+from servelab.repository.config import read_config
+
+__all__ = ["LoadedVersion", "ModelRecord", "ModelRegistry", "ModelState", "SchedulerFactory"]
+
+log = logging.getLogger("servelab.registry")
+
+
+class ModelState(str, Enum):
+    LOADING = "LOADING"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass
+class LoadedVersion:
+    name: str
+    version: int
+    config: mc.ModelConfig
+    signature: Signature
+    instances: list[Backend]
+    scheduler: Scheduler
+    stats: ModelStats
+
+    def close(self, drain_timeout_s: float) -> None:
+        if not self.scheduler.drain(drain_timeout_s):
+            log.warning("model %s v%d unloaded with requests still in flight", self.name, self.version)
+        self.scheduler.close()
+        for backend in self.instances:
+            try:
+                backend.unload()
+            except Exception:  # unloading must never take the server down
+                log.exception("unloading %s v%d failed", self.name, self.version)
+
+
+@dataclass
+class ModelRecord:
+    name: str
+    state: ModelState = ModelState.UNAVAILABLE
+    reason: str = ""
+    versions: dict[int, LoadedVersion] = field(default_factory=dict)
+    fingerprint: str = ""
+    backend: str = ""
+    config: mc.ModelConfig | None = None
+
+
+#: Builds the scheduler for a loaded version: (instances, stats, config) -> Scheduler.
+SchedulerFactory = Callable[[list[Backend], ModelStats, mc.ModelConfig], Scheduler]
+
+
+def _direct(instances: list[Backend], stats: ModelStats, config: mc.ModelConfig) -> Scheduler:
+    return DirectScheduler(instances, stats)
+
+
+class ModelRegistry:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        mode: ControlMode = ControlMode.NONE,
+        *,
+        max_tensor_elements: int = 64 * 1024 * 1024,
+        drain_timeout_s: float = 30.0,
+        scheduler_factory: SchedulerFactory = _direct,
+        cores: int | None = None,
+    ) -> None:
+        self.repository = repository
+        self.mode = mode
+        self.max_tensor_elements = max_tensor_elements
+        self.drain_timeout_s = drain_timeout_s
+        self.scheduler_factory = scheduler_factory
+        self.cores = cores or default_threads()
+        #: set by the data plane so that ensembles can call other models
+        self.infer_fn: InferFn | None = None
+        self._records: dict[str, ModelRecord] = {}
+        self._lock = threading.RLock()
+        self._poller: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # ----- lookup (hot path: no lock, dict reads only) -----
+    def get(self, name: str, version: str = "") -> LoadedVersion:
+        record = self._records.get(name)
+        if record is None:
+            raise NotFound(f"unknown model '{name}'")
+        versions = record.versions
+        if not versions:
+            reason = f": {record.reason}" if record.reason else ""
+            raise Unavailable(f"model '{name}' is not ready ({record.state.value}{reason})")
+        if not version:
+            return versions[max(versions)]
+        try:
+            return versions[int(version)]
+        except (ValueError, KeyError):
+            raise NotFound(
+                f"model '{name}' has no version {version!r} loaded; loaded versions: {sorted(versions)}"
+            ) from None
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except ServelabError:
+            return False
+        return True
+
+    def record(self, name: str) -> ModelRecord:
+        record = self._records.get(name)
+        if record is None:
+            raise NotFound(f"unknown model '{name}'")
+        return record
+
+    def records(self) -> list[ModelRecord]:
+        return [self._records[n] for n in sorted(self._records)]
+
+    def index(self) -> list[dict[str, str]]:
+        """Repository index: every model on disk or in memory, with version, state and reason."""
+        rows: list[dict[str, str]] = []
+        names = set(self._records)
+        try:
+            names.update(self.repository.model_names())
+        except OSError:
+            pass
+        for name in sorted(names):
+            record = self._records.get(name)
+            if record is None:
+                rows.append({"name": name, "version": "", "state": "", "reason": ""})
+            elif record.versions:
+                for v in sorted(record.versions):
+                    rows.append({"name": name, "version": str(v), "state": record.state.value, "reason": record.reason})
+            else:
+                rows.append({"name": name, "version": "", "state": record.state.value, "reason": record.reason})
+        return rows
+
+    # ----- life cycle -----
+    def startup(self, names: list[str] | None = None) -> None:
+        """Load start-up models: all of them (none/poll modes) or the named ones ('*' = all)."""
+        if self.mode is ControlMode.EXPLICIT:
+            wanted = names or []
+            if "*" in wanted:
+                wanted = self.repository.model_names()
+        else:
+            wanted = self.repository.model_names()
+        for name in self._ordered(wanted):
+            try:
+                self.load(name, _internal=True)
+            except ServelabError as exc:
+                log.error("model %s failed to load: %s", name, exc.message)
+        if self.mode is ControlMode.POLL:
+            self.start_polling()
+
+    def load(self, name: str, override: mc.ModelConfig | None = None, *, _internal: bool = False) -> None:
+        """Load or reload ``name``. On failure the model is UNAVAILABLE (or keeps its old versions)."""
+        if self.mode is ControlMode.NONE and not _internal:
+            raise Unsupported("model control mode is 'none': start the server with --model-control-mode explicit")
+        with self._lock:
+            record = self._records.setdefault(name, ModelRecord(name))
+            if not record.versions:
+                record.state, record.reason = ModelState.LOADING, ""
+            try:
+                source = self.repository.read(name, override)
+                loaded = self._load_versions(source)
+            except ServelabError as exc:
+                self._failed(record, exc.message)
+                raise
+            except Exception as exc:
+                self._failed(record, f"{type(exc).__name__}: {exc}")
+                raise InvalidArgument(f"model '{name}' failed to load: {exc}") from exc
+            old = record.versions
+            record.versions = loaded
+            record.state, record.reason = ModelState.READY, ""
+            record.fingerprint, record.backend, record.config = source.fingerprint, source.backend, source.config
+        for lv in old.values():
+            lv.close(self.drain_timeout_s)
+        log.info("model %s ready (versions %s, backend %s)", name, sorted(loaded), source.backend)
+
+    def unload(self, name: str, *, _internal: bool = False) -> None:
+        if self.mode is ControlMode.NONE and not _internal:
+            raise Unsupported("model control mode is 'none': start the server with --model-control-mode explicit")
+        with self._lock:
+            record = self._records.get(name)
+            if record is None:
+                if name in self.repository.model_names():
+                    return
+                raise NotFound(f"unknown model '{name}'")
+            old = record.versions
+            record.state, record.reason = ModelState.UNLOADING, ""
+            record.versions = {}
+        for lv in old.values():
+            lv.close(self.drain_timeout_s)
+        record.state, record.reason = ModelState.UNAVAILABLE, "unloaded"
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=5)
+        for name in list(self._records):
+            self.unload(name, _internal=True)
+
+    # ----- poll mode -----
+    def start_polling(self, interval_s: float = 15.0) -> None:
+        if self._poller is not None:
+            return
+        self._poller = threading.Thread(target=self._poll_loop, args=(interval_s,), daemon=True, name="repo-poll")
+        self._poller.start()
+
+    def _poll_loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.poll()
+            except Exception:
+                log.exception("repository poll failed")
+
+    def poll(self) -> list[str]:
+        """Load new models, reload changed ones, unload removed ones. Returns the names acted on."""
+        on_disk = set(self.repository.model_names())
+        changed: list[str] = []
+        for name in self._ordered(sorted(on_disk)):
+            record = self._records.get(name)
+            try:
+                fingerprint = self.repository.fingerprint(name)
+            except ServelabError:
+                continue
+            if record is not None and record.fingerprint == fingerprint:
+                continue
+            changed.append(name)
+            try:
+                self.load(name, _internal=True)
+            except ServelabError as exc:
+                log.error("reload of %s failed, %s: %s", name,
+                          "old versions keep serving" if record and record.versions else "unavailable", exc.message)
+                if record is not None:
+                    record.fingerprint = fingerprint  # do not retry the same broken files every poll
+        for name in set(self._records) - on_disk:
+            if self._records[name].versions:
+                changed.append(name)
+                self.unload(name, _internal=True)
+        return changed
+
+    # ----- internals -----
+    def _failed(self, record: ModelRecord, reason: str) -> None:
+        record.reason = reason
+        if record.versions:
+            log.error("reload of %s failed (%s); previous versions keep serving", record.name, reason)
+            record.state = ModelState.READY
+        else:
+            record.state = ModelState.UNAVAILABLE
+
+    def _ordered(self, names: list[str]) -> list[str]:
+        """Ensembles last, so the models they call are loaded first."""
+        def is_ensemble(name: str) -> bool:
+            try:
+                config, _ = read_config(self.repository.model_dir(name))
+            except (OSError, ServelabError):
+                return False
+            return config.platform == "ensemble" or config.HasField("ensemble_scheduling")
+        return sorted(names, key=is_ensemble)
+
+    def _load_versions(self, source: ModelSource) -> dict[int, LoadedVersion]:
+        cls = backend_class(source.backend)
+        loaded: dict[int, LoadedVersion] = {}
+        try:
+            for version, version_dir in source.versions.items():
+                loaded[version] = self._load_version(cls, source, version, version_dir)
+        except BaseException:
+            for lv in loaded.values():
+                lv.close(0)
+            raise
+        return loaded
+
+    def _load_version(self, cls: type[Backend], source: ModelSource, version: int, version_dir: object) -> LoadedVersion:
+        config = source.config
+        count = sum(g.count or 1 for g in config.instance_group) or 1
+        threads = max(1, self.cores // count)
+        instances: list[Backend] = []
+        try:
+            for _ in range(count):
+                ctx = BackendContext(source.name, version, version_dir, config, threads, self.infer_fn)  # type: ignore[arg-type]
+                backend = cls(ctx)
+                backend.load()
+                instances.append(backend)
+        except BaseException:
+            for b in instances:
+                b.unload()
+            raise
+        stats = ModelStats(source.name, version)
+        signature = Signature(config, self.max_tensor_elements)
+        scheduler = self.scheduler_factory(instances, stats, config)
+        return LoadedVersion(source.name, version, config, signature, instances, scheduler, stats)

@@ -1,0 +1,107 @@
+"""Per-model-version statistics in Triton's shape (the statistics extension)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Duration", "ModelStats"]
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+class ModelStats:
+    """Counters for one model version. Requests record success/fail; executions record batch stats."""
+
+    def __init__(self, name: str, version: int) -> None:
+        self.name = name
+        self.version = version
+        self._lock = threading.Lock()
+        self.last_inference_ms = 0
+        self.inference_count = 0
+        self.execution_count = 0
+        self.success = Duration()
+        self.fail = Duration()
+        self.queue = Duration()
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+        self.cache_hit = Duration()
+        self.cache_miss = Duration()
+        self.batches: dict[int, BatchStats] = {}
+
+    def record_execution(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One backend execution over ``requests`` requests holding ``batch_size`` inferences."""
+        with self._lock:
+            self.execution_count += 1
+            self.inference_count += batch_size
+            b = self.batches.get(batch_size)
+            if b is None:
+                b = self.batches[batch_size] = BatchStats()
+            b.compute_input.add(input_ns)
+            b.compute_infer.add(infer_ns)
+            b.compute_output.add(output_ns)
+            # per-request durations, as Triton reports them
+            self.compute_input.add(input_ns * requests, requests)
+            self.compute_infer.add(infer_ns * requests, requests)
+            self.compute_output.add(output_ns * requests, requests)
+
+    def record_request(self, ok: bool, total_ns: int, queue_ns: int = 0) -> None:
+        with self._lock:
+            (self.success if ok else self.fail).add(total_ns)
+            if ok:
+                self.queue.add(queue_ns)
+            self.last_inference_ms = int(time.time() * 1000)
+
+    def record_cache(self, hit: bool, ns: int) -> None:
+        with self._lock:
+            (self.cache_hit if hit else self.cache_miss).add(ns)
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "name": self.name,
+                "version": str(self.version),
+                "last_inference": self.last_inference_ms,
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "inference_stats": {
+                    "success": self.success.as_dict(),
+                    "fail": self.fail.as_dict(),
+                    "queue": self.queue.as_dict(),
+                    "compute_input": self.compute_input.as_dict(),
+                    "compute_infer": self.compute_infer.as_dict(),
+                    "compute_output": self.compute_output.as_dict(),
+                    "cache_hit": self.cache_hit.as_dict(),
+                    "cache_miss": self.cache_miss.as_dict(),
+                },
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        "compute_input": b.compute_input.as_dict(),
+                        "compute_infer": b.compute_infer.as_dict(),
+                        "compute_output": b.compute_output.as_dict(),
+                    }
+                    for size, b in sorted(self.batches.items())
+                ],
+            }

@@ -1,0 +1,159 @@
+"""Request validation against a model's config: names, datatypes, shapes, batch size, element counts.
+
+A :class:`Signature` is computed once per loaded model from its config, so checking a request is a few
+dict lookups and tuple compares. Every error names the tensor, what was expected and what came.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from servelab.errors import InvalidArgument
+from servelab.protocol import model_config_pb2 as mc
+from servelab.types import DataType, Tensor
+
+__all__ = ["Signature", "TensorSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]
+    #: shape handed to the backend instead of ``dims`` (config ``reshape``), or None
+    reshape: tuple[int, ...] | None = None
+    optional: bool = False
+
+    def describe(self, batched: bool) -> str:
+        dims = ("-1 (batch), " if batched else "") + ", ".join(str(d) for d in self.dims)
+        return f"{self.datatype.value} [{dims}]"
+
+
+def _spec(t: mc.ModelInput | mc.ModelOutput) -> TensorSpec:
+    reshape = tuple(t.reshape.shape) if t.HasField("reshape") else None
+    optional = bool(getattr(t, "optional", False))
+    return TensorSpec(t.name, DataType.from_triton(mc.DataType.Name(t.data_type)), tuple(t.dims), reshape, optional)
+
+
+class Signature:
+    """The validated view of a model's inputs and outputs."""
+
+    def __init__(self, config: mc.ModelConfig, max_tensor_elements: int = 64 * 1024 * 1024) -> None:
+        self.model = config.name
+        self.max_batch_size = config.max_batch_size
+        self.batched = config.max_batch_size > 0
+        self.inputs = {t.name: _spec(t) for t in config.input}
+        self.outputs = {t.name: _spec(t) for t in config.output}
+        self.required = frozenset(n for n, s in self.inputs.items() if not s.optional)
+        self.max_elements = max_tensor_elements
+
+    def check_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Validate numpy inputs (the in-process path); returns them, reshaped where the config says."""
+        self._check_names(arrays.keys())
+        out = arrays
+        batch = -1
+        for name, array in arrays.items():
+            spec = self.inputs[name]
+            try:
+                datatype = DataType.from_numpy(array.dtype)
+            except ValueError:
+                raise InvalidArgument(
+                    f"model '{self.model}': input '{name}' has numpy dtype {array.dtype}; expected "
+                    f"{spec.datatype.value} ({spec.datatype.numpy_dtype})"
+                ) from None
+            batch = self._check(spec, datatype, array.shape, batch)
+            if spec.reshape is not None:
+                if out is arrays:
+                    out = dict(arrays)
+                out[name] = array.reshape(self._backend_shape(spec, array.shape))
+        return out
+
+    def check_tensors(self, tensors: list[Tensor]) -> dict[str, np.ndarray]:
+        """Validate decoded wire tensors; returns name -> array for the backend."""
+        arrays: dict[str, np.ndarray] = {}
+        for t in tensors:
+            if t.name in arrays:
+                raise InvalidArgument(f"model '{self.model}': input '{t.name}' appears twice in the request")
+            arrays[t.name] = t.data
+        self._check_names(arrays.keys())
+        batch = -1
+        for t in tensors:
+            spec = self.inputs[t.name]
+            batch = self._check(spec, t.datatype, t.shape, batch)
+            data = t.data
+            if data.dtype != spec.datatype.numpy_dtype and spec.datatype is not DataType.BYTES:
+                data = data.astype(spec.datatype.numpy_dtype)
+            if tuple(data.shape) != tuple(t.shape) or spec.reshape is not None:
+                data = data.reshape(self._backend_shape(spec, t.shape))
+            arrays[t.name] = data
+        return arrays
+
+    def check_outputs(self, names: list[str]) -> None:
+        for name in names:
+            if name not in self.outputs:
+                raise InvalidArgument(
+                    f"model '{self.model}': unknown requested output '{name}'; expected one of {sorted(self.outputs)}"
+                )
+
+    def _check_names(self, names: object) -> None:
+        given = set(names)  # type: ignore[call-overload]
+        if given == self.required:
+            return
+        unknown = given - self.inputs.keys()
+        if unknown:
+            raise InvalidArgument(
+                f"model '{self.model}': unknown input {sorted(unknown)}; expected inputs {sorted(self.inputs)}"
+            )
+        missing = self.required - given
+        if missing:
+            raise InvalidArgument(
+                f"model '{self.model}': missing input {sorted(missing)}; expected inputs {sorted(self.inputs)}"
+            )
+
+    def _check(self, spec: TensorSpec, datatype: DataType, shape: tuple[int, ...], batch: int) -> int:
+        if datatype is not spec.datatype:
+            raise InvalidArgument(
+                f"model '{self.model}': input '{spec.name}' has datatype {datatype.value}; expected "
+                f"{spec.datatype.value}"
+            )
+        dims = shape
+        if self.batched:
+            if not shape:
+                raise InvalidArgument(
+                    f"model '{self.model}': input '{spec.name}' has shape []; expected {spec.describe(True)} "
+                    "(the first dimension is the batch)"
+                )
+            rows = shape[0]
+            if rows < 1 or rows > self.max_batch_size:
+                raise InvalidArgument(
+                    f"model '{self.model}': input '{spec.name}' has batch size {rows}; expected 1 to "
+                    f"{self.max_batch_size} (max_batch_size)"
+                )
+            if batch not in (-1, rows):
+                raise InvalidArgument(
+                    f"model '{self.model}': input '{spec.name}' has batch size {rows} but another input has {batch}"
+                )
+            batch = rows
+            dims = shape[1:]
+        if len(dims) != len(spec.dims) or any(e != -1 and e != d for e, d in zip(spec.dims, dims, strict=False)):
+            raise InvalidArgument(
+                f"model '{self.model}': input '{spec.name}' has shape {list(shape)}; expected "
+                f"{spec.describe(self.batched)}"
+            )
+        elements = 1
+        for d in shape:
+            if d < 0:
+                raise InvalidArgument(f"model '{self.model}': input '{spec.name}' has a negative dimension {list(shape)}")
+            elements *= d
+        if elements > self.max_elements:
+            raise InvalidArgument(
+                f"model '{self.model}': input '{spec.name}' has {elements} elements; the limit is {self.max_elements}"
+            )
+        return batch
+
+    def _backend_shape(self, spec: TensorSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if spec.reshape is None:
+            return tuple(shape)
+        return ((shape[0],) if self.batched else ()) + spec.reshape

@@ -1,0 +1,137 @@
+"""The ``graphsage_sampler`` backend: node ids in, a padded 2-hop block (x, nbr1, nbr2) out.
+
+Config parameters (``config.pbtxt`` ``parameters``):
+  graph_dir   store folder, absolute or relative to the model repository root (required)
+  fanouts     "hop1,hop2", default "10,10"
+  sampler     "numba" (default) or "python" (the pure-Python reference, for baselines)
+  seed        sampler seed, default "0"
+  threads     numba threads for large batches, default: the instance's thread budget
+
+Each call adds its sampling and feature-gathering time to :attr:`GraphSamplerBackend.stages`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servelab.backends.base import Backend, Inputs, Outputs, param
+from servelab.errors import InvalidArgument
+from servelab.graph.sampler import NumbaSampler, PythonSampler, gather_features
+from servelab.graph.store import GraphStore
+
+__all__ = ["GraphSamplerBackend", "StageTimes"]
+
+_SHOWN_IDS = 10
+
+
+@dataclass
+class StageTimes:
+    """Cumulative nanoseconds per pipeline stage over ``count`` calls (``nodes``: rows gathered)."""
+
+    sample_ns: int = 0
+    gather_ns: int = 0
+    count: int = 0
+    seeds: int = 0
+    nodes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+def _fanouts(text: str) -> tuple[int, int]:
+    try:
+        hop1, hop2 = (int(part) for part in text.split(","))
+    except ValueError:
+        raise InvalidArgument(f"parameter fanouts must be 'hop1,hop2' (e.g. '10,10'), got {text!r}") from None
+    if hop1 < 1 or hop2 < 1:
+        raise InvalidArgument(f"parameter fanouts must be two positive integers, got {text!r}")
+    return hop1, hop2
+
+
+class GraphSamplerBackend(Backend):
+    """Samples the 2-hop neighbourhood of the requested nodes and gathers their features."""
+
+    kind = "graphsage_sampler"
+    releases_gil = True  # the numba serial kernel runs nogil; gather is one numpy take
+
+    def load(self) -> None:
+        graph_param = param(self.config, "graph_dir")
+        if not graph_param:
+            raise InvalidArgument(
+                f"model '{self.ctx.model_name}': parameter graph_dir is required "
+                "(a graph store folder, absolute or relative to the repository)"
+            )
+        graph_dir = Path(graph_param)
+        if not graph_dir.is_absolute():
+            graph_dir = self.ctx.version_dir.parent.parent / graph_dir
+        self.store = GraphStore.open(graph_dir)
+        self._check_outputs()
+        fanouts = _fanouts(param(self.config, "fanouts", "10,10") or "10,10")
+        seed = int(param(self.config, "seed", "0") or 0)
+        kind = param(self.config, "sampler", "numba")
+        if kind == "numba":
+            threads = int(param(self.config, "threads", str(self.ctx.threads)) or 1)
+            self.sampler: NumbaSampler | PythonSampler = NumbaSampler(self.store, fanouts, seed, threads=threads)
+            self.sampler.warmup()
+        elif kind == "python":
+            self.sampler = PythonSampler(self.store, fanouts, seed)
+        else:
+            raise InvalidArgument(f"parameter sampler must be 'numba' or 'python', got {kind!r}")
+        self.stages = StageTimes()
+        self._lock = threading.Lock()
+
+    def _check_outputs(self) -> None:
+        for out in self.config.output:
+            if out.name == "x" and len(out.dims) == 2 and out.dims[1] not in (-1, self.store.num_features):
+                raise InvalidArgument(
+                    f"model '{self.ctx.model_name}': output x has {out.dims[1]} columns in config.pbtxt "
+                    f"but the graph at {self.store.path} has {self.store.num_features} features"
+                )
+
+    def _node_ids(self, inputs: Inputs) -> np.ndarray:
+        if "node_ids" not in inputs:
+            raise InvalidArgument(f"model '{self.ctx.model_name}' expects input 'node_ids', got {sorted(inputs)}")
+        ids = np.asarray(inputs["node_ids"])
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise InvalidArgument(
+                f"node_ids must be a non-empty 1-D integer array, got {ids.dtype} with shape {ids.shape}"
+            )
+        ids = ids.astype(np.int64, copy=False)
+        bad = ids[(ids < 0) | (ids >= self.store.num_nodes)]
+        if bad.size:
+            shown = ", ".join(str(int(v)) for v in bad[:_SHOWN_IDS])
+            more = f" and {bad.size - _SHOWN_IDS} more" if bad.size > _SHOWN_IDS else ""
+            raise InvalidArgument(
+                f"node_ids {shown}{more} are outside the graph: expected ids in [0, {self.store.num_nodes})"
+            )
+        return ids
+
+    def infer(self, inputs: Inputs) -> Outputs:
+        ids = self._node_ids(inputs)
+        t0 = time.perf_counter_ns()
+        blocks = self.sampler.sample(ids)
+        t1 = time.perf_counter_ns()
+        x = gather_features(self.store, blocks.nodes)
+        t2 = time.perf_counter_ns()
+        with self._lock:
+            s = self.stages
+            s.sample_ns += t1 - t0
+            s.gather_ns += t2 - t1
+            s.count += 1
+            s.seeds += int(ids.size)
+            s.nodes += int(blocks.nodes.size)
+        return {"x": x, "nbr1": blocks.nbr1, "nbr2": blocks.nbr2}
+
+    def stage_times(self) -> dict[str, int]:
+        """A consistent snapshot of the cumulative stage times and counts."""
+        with self._lock:
+            return self.stages.as_dict()
+
+    def unload(self) -> None:
+        self.sampler = None  # type: ignore[assignment]
+        self.store = None  # type: ignore[assignment]
