@@ -65,9 +65,10 @@ def export_torchscript(
 ) -> Path:
     """Trace ``module`` with torch.jit.trace and save it (``model.pt``)."""
     out = _prepare(path)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is Triton's libtorch format
         traced = torch.jit.trace(module.eval(), _as_tuple(example_inputs))
-    torch.jit.save(traced, str(out))
+        torch.jit.save(traced, str(out))
     return out
 
 

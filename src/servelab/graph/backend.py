@@ -76,7 +76,9 @@ class GraphSamplerBackend(Backend):
         kind = param(self.config, "sampler", "numba")
         if kind == "numba":
             threads = int(param(self.config, "threads", str(self.ctx.threads)) or 1)
-            self.sampler: NumbaSampler | PythonSampler = NumbaSampler(self.store, fanouts, seed, threads=threads)
+            self.sampler: NumbaSampler | PythonSampler = NumbaSampler(
+                self.store, fanouts, seed, threads=threads
+            )
             self.sampler.warmup()
         elif kind == "python":
             self.sampler = PythonSampler(self.store, fanouts, seed)
@@ -95,7 +97,9 @@ class GraphSamplerBackend(Backend):
 
     def _node_ids(self, inputs: Inputs) -> np.ndarray:
         if "node_ids" not in inputs:
-            raise InvalidArgument(f"model '{self.ctx.model_name}' expects input 'node_ids', got {sorted(inputs)}")
+            raise InvalidArgument(
+                f"model '{self.ctx.model_name}' expects input 'node_ids', got {sorted(inputs)}"
+            )
         ids = np.asarray(inputs["node_ids"])
         if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise InvalidArgument(

@@ -159,7 +159,11 @@ def _onnx_runner(path: Path, threads: int) -> LayersFn:
 def _openvino_runner(path: Path, threads: int) -> LayersFn:
     import openvino as ov
 
-    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    config = {
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": "f32",
+        "PERFORMANCE_HINT": "LATENCY",
+    }
     compiled = ov.Core().compile_model(str(path), "CPU", config)
     request = compiled.create_infer_request()
     out_logits, out_emb = compiled.output("logits"), compiled.output("embeddings")
@@ -228,7 +232,9 @@ def _sampler_config(graph_dir: str, features: int, fanouts: tuple[int, int]) -> 
     return cfg
 
 
-def _layers_config(runtime: str, features: int, hidden: int, classes: int, fanouts: tuple[int, int]) -> mc.ModelConfig:
+def _layers_config(
+    runtime: str, features: int, hidden: int, classes: int, fanouts: tuple[int, int]
+) -> mc.ModelConfig:
     cfg = mc.ModelConfig(
         name=LAYERS_MODEL,
         backend=_LAYER_BACKENDS[runtime],
@@ -264,7 +270,10 @@ def _ensemble_config(hidden: int, classes: int) -> mc.ModelConfig:
     cfg.ensemble_scheduling.step.extend(
         [
             mc.ModelEnsembling.Step(
-                model_name=SAMPLER_MODEL, model_version=-1, input_map={"node_ids": "node_ids"}, output_map=blocks
+                model_name=SAMPLER_MODEL,
+                model_version=-1,
+                input_map={"node_ids": "node_ids"},
+                output_map=blocks,
             ),
             mc.ModelEnsembling.Step(
                 model_name=LAYERS_MODEL,
@@ -315,7 +324,11 @@ def export_repository(
     artifact = export_artifact(model, runtime, version_dir)
     blocks = [example_block(cfg.in_features, cfg.fanouts, batch=b, seed=b) for b in (1, 3, 32)]
     worst = check_parity(model, load_runner(runtime, artifact), blocks, atol=atol)
-    _write_config(repository, _layers_config(runtime, cfg.in_features, cfg.hidden, cfg.num_classes, cfg.fanouts))
-    _write_config(repository, _sampler_config(_graph_param(Path(graph_dir), repository), cfg.in_features, cfg.fanouts))
+    _write_config(
+        repository, _layers_config(runtime, cfg.in_features, cfg.hidden, cfg.num_classes, cfg.fanouts)
+    )
+    _write_config(
+        repository, _sampler_config(_graph_param(Path(graph_dir), repository), cfg.in_features, cfg.fanouts)
+    )
     _write_config(repository, _ensemble_config(cfg.hidden, cfg.num_classes))
     return {"max_abs_diff": worst}

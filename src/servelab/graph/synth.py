@@ -94,7 +94,7 @@ def synth_graph(
     *,
     homophily: float = 0.8,
     exponent: float = 2.3,
-    signal: float = 0.2,
+    signal: float = 0.15,
     split: Sequence[float] = (0.6, 0.2, 0.2),
     feature_dtype: str = "float32",
     progress: bool = False,

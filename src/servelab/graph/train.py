@@ -16,9 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from servelab.graph.sampler import NumbaSampler, gather_features
-
 from servelab.graph.model import SageConfig, SageLayers, save_model
+from servelab.graph.sampler import NumbaSampler, gather_features
 from servelab.graph.store import GraphStore
 
 __all__ = ["TrainConfig", "TrainReport", "train", "train_to_dir"]
@@ -44,7 +43,9 @@ class TrainConfig:
         if self.batch_size < 1 or self.steps < 1 or self.eval_nodes < 1:
             raise ValueError(f"batch_size, steps and eval_nodes must be >= 1, got {self}")
         if not self.lr > 0 or not self.max_seconds > 0:
-            raise ValueError(f"lr and max_seconds must be > 0, got lr={self.lr}, max_seconds={self.max_seconds}")
+            raise ValueError(
+                f"lr and max_seconds must be > 0, got lr={self.lr}, max_seconds={self.max_seconds}"
+            )
 
 
 @dataclass
@@ -99,17 +100,18 @@ def _fit(
 ) -> tuple[int, float, float]:
     """Adam on cross-entropy; returns (steps taken, seconds, last loss)."""
     opt = torch.optim.Adam(params, lr=cfg.lr)
-    start, loss_value, step = time.perf_counter(), float("nan"), 0
-    for step in range(1, cfg.steps + 1):
+    start, loss_value, steps = time.perf_counter(), float("nan"), 0
+    while steps < cfg.steps:
+        steps += 1
         seeds = rng.choice(train_idx, size=min(cfg.batch_size, len(train_idx)), replace=False)
         loss = nn.functional.cross_entropy(forward(seeds), torch.from_numpy(labels[seeds]))
         opt.zero_grad()
         loss.backward()
         opt.step()
-        loss_value = float(loss)
+        loss_value = float(loss.detach())
         if time.perf_counter() - start > cfg.max_seconds:
             break
-    return step, time.perf_counter() - start, loss_value
+    return steps, time.perf_counter() - start, loss_value
 
 
 def _accuracy(forward: Callable[[np.ndarray], Tensor], labels: np.ndarray, nodes: np.ndarray) -> float:
@@ -141,7 +143,9 @@ def train(store: GraphStore, cfg: TrainConfig = TrainConfig()) -> tuple[SageLaye
     sage_steps, sage_s, loss = _fit(sage, list(model.parameters()), labels, train_idx, cfg, rng)
     mlp_steps, mlp_s, _ = _fit(mlp_forward, list(mlp.parameters()), labels, train_idx, cfg, rng)
     model.eval()
-    eval_idx = test_idx if len(test_idx) <= cfg.eval_nodes else rng.choice(test_idx, cfg.eval_nodes, replace=False)
+    eval_idx = (
+        test_idx if len(test_idx) <= cfg.eval_nodes else rng.choice(test_idx, cfg.eval_nodes, replace=False)
+    )
     report = TrainReport(
         sage_accuracy=_accuracy(sage, labels, eval_idx),
         mlp_accuracy=_accuracy(mlp_forward, labels, eval_idx),
@@ -160,5 +164,7 @@ def train_to_dir(graph_dir: Path, model_dir: Path, cfg: TrainConfig = TrainConfi
     """Open the graph at ``graph_dir``, train, and save the model and report into ``model_dir``."""
     store = GraphStore.open(Path(graph_dir))
     model, report = train(store, cfg)
-    save_model(model, Path(model_dir), extra={"report": asdict(report), "graph_dir": str(Path(graph_dir).resolve())})
+    save_model(
+        model, Path(model_dir), extra={"report": asdict(report), "graph_dir": str(Path(graph_dir).resolve())}
+    )
     return report

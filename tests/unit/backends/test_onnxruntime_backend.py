@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from backends_testutil import ONNX_TYPES, ctx, eager, identity_onnx, mlp, rows
+from onnx import TensorProto, helper
 
 from servelab.backends.onnxruntime import OnnxRuntimeBackend
 from servelab.convert.export import export_onnx
@@ -118,11 +120,25 @@ def test_execute_splits_rows_and_isolates_a_bad_request(mlp_dir: Path) -> None:
     for req, res in zip(reqs, results, strict=True):
         assert isinstance(res, dict)
         np.testing.assert_allclose(res["y"], eager(mlp(), req["x"]), atol=1e-5, rtol=0)
-    bad = {"x": np.zeros((2, 15), dtype=np.float32)}  # wrong width: ORT rejects it
-    results = backend.execute([reqs[0], bad, reqs[2]])
+
+
+def test_a_request_that_fails_at_run_time_fails_alone(tmp_path: Path) -> None:
+    table = helper.make_tensor("table", TensorProto.FLOAT, [4, 2], np.arange(8, dtype=np.float32).tolist())
+    idx = helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch"])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 2])
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "idx"], ["out"])], "g", [idx], [out], [table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    backend = _loaded(tmp_path)
+    assert backend.config.max_batch_size == 4 and list(backend.config.input[0].dims) == []
+    good = [{"idx": np.array([0, 3])}, {"idx": np.array([1])}]
+    bad = {"idx": np.array([2, 9])}  # index 9 is out of the table: ORT fails at run time
+    results = backend.execute([good[0], bad, good[1]])
     assert isinstance(results[1], InternalError) and "model 'm'" in results[1].message
     assert isinstance(results[0], dict) and isinstance(results[2], dict)
-    assert results[2]["y"].shape == (5, 8)
+    np.testing.assert_array_equal(results[0]["out"], [[0, 1], [6, 7]])
+    np.testing.assert_array_equal(results[2]["out"], [[2, 3]])
 
 
 def test_parameters_are_applied_and_checked(mlp_dir: Path) -> None:
@@ -135,7 +151,7 @@ def test_parameters_are_applied_and_checked(mlp_dir: Path) -> None:
     assert backend.session.get_session_options().intra_op_num_threads == 2
     assert backend.infer({"x": rows(2)})["y"].shape == (2, 8)
     config.parameters["graph_optimization_level"].string_value = "max"
-    with pytest.raises(InvalidArgument, match="graph_optimization_level.*'max'"):
+    with pytest.raises(InvalidArgument, match=r"graph_optimization_level.*'max'"):
         OnnxRuntimeBackend(ctx(mlp_dir, config)).load()
     config.parameters["graph_optimization_level"].string_value = "all"
     config.parameters["execution_providers"].string_value = "NoSuchExecutionProvider"

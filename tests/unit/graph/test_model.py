@@ -120,7 +120,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     assert loaded.config == model.config and meta["accuracy"] == 0.5
     block = example_block(F, FANOUTS)
     np.testing.assert_array_equal(eager_runner(loaded)(*block)[0], eager_runner(model)(*block)[0])
-    with pytest.raises(FileNotFoundError, match="meta.json"):
+    with pytest.raises(FileNotFoundError, match=r"meta\.json"):
         load_model(tmp_path / "missing")
 
 
@@ -151,7 +151,7 @@ def test_export_parity(exported: tuple[dict[str, SageLayers], Path], aggregator:
 
 
 def test_parity_check_catches_a_different_model(exported: tuple[dict[str, SageLayers], Path]) -> None:
-    models, root = exported
+    _, root = exported
     runner = load_runner("onnxruntime", root / "mean" / "onnxruntime" / "model.onnx")
     with pytest.raises(ParityError, match="differs from eager"):
         check_parity(_model("mean", seed=99), runner, PARITY_BLOCKS[1:2])

@@ -1,0 +1,51 @@
+# servelab: one target per task. Each target sets up .venv first (nothing to install by hand).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+REPO   := examples/repository
+
+.PHONY: help venv demo test test-fast lint bench clean
+
+help:
+	@echo "make demo   - set up, build the example repository, serve it and compare runtimes"
+	@echo "make test   - set up and run the whole test suite"
+	@echo "make lint   - ruff, mypy and the import-layer check"
+	@echo "make bench  - run the benchmarks (tables printed, JSON in benchmarks/results/)"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m servelab.protocol.codegen --force
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+$(REPO)/.built: $(STAMP) examples/build_repository.py
+	$(PY) examples/build_repository.py --out $(REPO)
+	touch $@
+
+demo: $(REPO)/.built
+	$(VENV)/bin/servelab demo $(REPO)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -x tests/unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy src/servelab
+	$(VENV)/bin/lint-imports
+
+bench: $(STAMP) $(REPO)/.built
+	$(PY) benchmarks/engine_overhead.py
+	$(PY) benchmarks/serving_overhead.py
+	$(PY) benchmarks/batching.py
+	$(PY) benchmarks/graph_sampler.py
+	$(PY) benchmarks/graphsage.py
+
+clean:
+	rm -rf $(REPO) benchmarks/results/*.tmp .pytest_cache .mypy_cache .ruff_cache
