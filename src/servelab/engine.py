@@ -47,11 +47,9 @@ class Engine:
         kwargs: dict[str, Any] = {}
         if scheduler_factory is not None:
             kwargs["scheduler_factory"] = scheduler_factory
-        registry = ModelRegistry(ModelRepository(roots), mode, **kwargs)
+        registry = ModelRegistry(ModelRepository(roots), mode, poll_secs=poll_secs, **kwargs)
         self.dataplane = DataPlane(registry)
         self.dataplane.startup(load_models if load_models is not None else ["*"])
-        if mode is ControlMode.POLL:
-            registry.start_polling(poll_secs)
 
     # ----- inference -----
     def infer(

@@ -7,7 +7,7 @@ from typing import Literal
 
 from servelab.errors import InvalidArgument
 
-__all__ = ["TARGET_KINDS", "InputSpec", "LoadSpec", "TargetSpec", "TargetKind"]
+__all__ = ["TARGET_KINDS", "InputSpec", "LoadSpec", "TargetKind", "TargetSpec"]
 
 TargetKind = Literal["oip-http", "oip-grpc", "torchserve", "tfserving", "inprocess"]
 TARGET_KINDS: tuple[str, ...] = ("oip-http", "oip-grpc", "torchserve", "tfserving", "inprocess")

@@ -33,7 +33,7 @@ class LatencyHistogram:
         self.precision = precision
         self._ratio = 1.0 + 2.0 * precision
         self._inv_log_ratio = 1.0 / math.log(self._ratio)
-        n_buckets = int(math.ceil(math.log(_HIGHEST_S / _LOWEST_S) * self._inv_log_ratio)) + 1
+        n_buckets = math.ceil(math.log(_HIGHEST_S / _LOWEST_S) * self._inv_log_ratio) + 1
         self._counts = np.zeros(n_buckets, dtype=np.int64)
         self.count = 0
         self.sum_s = 0.0
@@ -78,8 +78,10 @@ class LatencyHistogram:
         self.max_s = max(self.max_s, other.max_s)
 
     def _bucket_value(self, index: int) -> float:
-        if index == 0:
-            return _LOWEST_S
+        if index == 0 and self.min_s < _LOWEST_S:
+            return self.min_s  # below the resolution: report the smallest value seen
+        if index == len(self._counts) - 1:
+            return self.max_s  # overflow bucket: report the largest value seen
         lo = _LOWEST_S * self._ratio**index
         return lo * math.sqrt(self._ratio)  # geometric middle: within `precision` of any value inside
 
@@ -89,7 +91,7 @@ class LatencyHistogram:
             raise ValueError(f"percentile must be in (0, 100], got {q}")
         if self.count == 0:
             return math.nan
-        rank = max(1, math.ceil(q / 100.0 * self.count))
+        rank = max(1, math.ceil(round(q * self.count / 100.0, 9)))  # round: 99.9% of 1e5 is 99,900
         index = int(np.searchsorted(np.cumsum(self._counts), rank))
         return min(max(self._bucket_value(index), self.min_s), self.max_s)
 

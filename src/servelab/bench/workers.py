@@ -1,19 +1,23 @@
 """Run one load level in this event loop or in several processes, as one stream of events.
 
 Events are tuples: ``("window", worker, index, WindowStats, final)``, ``("done", worker, sent)`` and
-``("failed", worker, message)``. Worker processes use the ``spawn`` start method, each with its own
-event loop (uvloop when installed), and send windows back as plain dicts over a multiprocessing queue.
+``("failed", worker, message)``. Worker processes are fresh interpreters (``python -c``), each with its
+own event loop (uvloop when installed): the job goes in as a pickle on stdin, windows come back as
+length-framed pickles on stdout. Unlike multiprocessing's ``spawn``, this never re-imports the
+caller's ``__main__``, so it works from scripts, ``python -m`` and pytest alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing as mp
-import queue as queue_mod
+import os
+import pickle
+import struct
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, BinaryIO
 
 from servelab.bench.clients import make_client
 from servelab.bench.inputs import Request
@@ -21,7 +25,9 @@ from servelab.bench.loadgen import WorkerPlan, run_worker
 from servelab.bench.specs import TargetSpec
 from servelab.bench.stats import WindowStats
 
-__all__ = ["Event", "LevelJob", "run_level_events", "split_plan"]
+__all__ = ["Event", "LevelJob", "child_main", "run_level_events", "split_plan"]
+
+_CHILD = "from servelab.bench.workers import child_main; child_main()"
 
 Event = tuple[Any, ...]
 
@@ -93,8 +99,32 @@ async def _local_events(job: LevelJob, stop: asyncio.Event) -> AsyncIterator[Eve
         await task
 
 
-def _process_main(job: LevelJob, worker: int, out: Any, stop_flag: Any) -> None:
-    """Entry point of a worker process."""
+def _write_event(out: BinaryIO, event: Event) -> None:
+    data = pickle.dumps(event)
+    out.write(struct.pack("<I", len(data)) + data)
+    out.flush()
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError(f"stdin closed after {len(buf)} of {n} bytes of the job")
+        buf += chunk
+    return bytes(buf)
+
+
+def child_main() -> None:
+    """Entry point of a worker process: a length-framed pickled LevelJob on stdin, framed pickled events on stdout.
+
+    Any byte (or end of file) on stdin afterwards means stop.
+    """
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write into the event stream
+    fd = sys.stdin.fileno()
+    job: LevelJob = pickle.loads(_read_exactly(fd, struct.unpack("<I", _read_exactly(fd, 4))[0]))
+    worker = int(os.environ.get("SERVELAB_BENCH_WORKER", "0"))
     with contextlib.suppress(ImportError):
         import uvloop
 
@@ -102,61 +132,82 @@ def _process_main(job: LevelJob, worker: int, out: Any, stop_flag: Any) -> None:
 
     async def main() -> None:
         stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
 
-        async def watch() -> None:
-            while not stop.is_set():
-                if stop_flag.is_set():
-                    stop.set()
-                await asyncio.sleep(0.02)
-
-        watcher = asyncio.create_task(watch())
-        try:
-            emit = lambda i, w, f: out.put(("window", worker, i, w.to_dict(), f))  # noqa: E731
-            sent = await _run_job(job, emit, stop)
-            out.put(("done", worker, sent))
-        finally:
+        def on_stdin() -> None:
+            os.read(fd, 1)  # a stop byte, or b"" when the parent went away: stop either way
+            loop.remove_reader(fd)
             stop.set()
-            await watcher
+
+        loop.add_reader(fd, on_stdin)
+        emit = lambda i, w, f: _write_event(out, ("window", worker, i, w.to_dict(), f))  # noqa: E731
+        _write_event(out, ("done", worker, await _run_job(job, emit, stop)))
 
     try:
         asyncio.run(main())
     except Exception as exc:
-        out.put(("failed", worker, f"{type(exc).__name__}: {exc}"))
+        _write_event(out, ("failed", worker, f"{type(exc).__name__}: {exc}"))
+
+
+async def _read_events(proc: asyncio.subprocess.Process, worker: int, events: asyncio.Queue[Event]) -> None:
+    assert proc.stdout is not None
+    ended = False
+    try:
+        while True:
+            size = struct.unpack("<I", await proc.stdout.readexactly(4))[0]
+            event = pickle.loads(await proc.stdout.readexactly(size))
+            if event[0] == "window":
+                event = (*event[:3], WindowStats.from_dict(event[3]), event[4])
+            ended = ended or event[0] in ("done", "failed")
+            events.put_nowait(event)
+    except asyncio.IncompleteReadError:
+        if not ended:
+            code = await proc.wait()
+            events.put_nowait(("failed", worker, f"worker process exited with code {code} before finishing"))
+
+
+async def _forward_stop(procs: list[asyncio.subprocess.Process], stop: asyncio.Event) -> None:
+    await stop.wait()
+    for p in procs:
+        if p.stdin is not None and not p.stdin.is_closing():
+            with contextlib.suppress(ConnectionError):
+                p.stdin.write(b"s")
+                await p.stdin.drain()
 
 
 async def _process_events(jobs: list[LevelJob], stop: asyncio.Event) -> AsyncIterator[Event]:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    stop_flag = ctx.Event()
-    procs = [ctx.Process(target=_process_main, args=(j, i, out, stop_flag), daemon=True) for i, j in enumerate(jobs)]
-    for p in procs:
-        p.start()
-    loop = asyncio.get_running_loop()
-    finished: set[int] = set()
+    events: asyncio.Queue[Event] = asyncio.Queue()
+    procs: list[asyncio.subprocess.Process] = []
+    for i, job in enumerate(jobs):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _CHILD, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "SERVELAB_BENCH_WORKER": str(i)},
+        )  # fmt: skip
+        assert proc.stdin is not None
+        data = pickle.dumps(job)
+        proc.stdin.write(struct.pack("<I", len(data)) + data)
+        await proc.stdin.drain()
+        procs.append(proc)
+    tasks = [asyncio.create_task(_read_events(p, i, events)) for i, p in enumerate(procs)]
+    forward = asyncio.create_task(_forward_stop(procs, stop))
+    finished = 0
     try:
-        while len(finished) < len(procs):
-            if stop.is_set():
-                stop_flag.set()
-            try:
-                event = await loop.run_in_executor(None, out.get, True, 0.05)
-            except queue_mod.Empty:
-                dead = [i for i, p in enumerate(procs) if i not in finished and not p.is_alive() and out.empty()]
-                for i in dead:
-                    finished.add(i)
-                    yield ("failed", i, f"worker process exited with code {procs[i].exitcode}")
-                continue
-            if event[0] == "window":
-                event = (*event[:3], WindowStats.from_dict(event[3]), event[4])
-            elif event[0] in ("done", "failed"):
-                finished.add(event[1])
+        while finished < len(procs):
+            event = await events.get()
+            finished += event[0] in ("done", "failed")
             yield event
     finally:
-        stop_flag.set()
+        stop.set()
+        await forward
         for p in procs:
-            await loop.run_in_executor(None, p.join, 10.0)
-            if p.is_alive():
-                p.terminate()
-                p.join(2.0)
+            try:
+                await asyncio.wait_for(p.wait(), timeout=10.0)
+            except TimeoutError:
+                p.kill()
+                await p.wait()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def run_level_events(jobs: list[LevelJob], stop: asyncio.Event) -> AsyncIterator[Event]:

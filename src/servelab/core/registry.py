@@ -86,6 +86,7 @@ class ModelRegistry:
         drain_timeout_s: float = 30.0,
         scheduler_factory: SchedulerFactory = _direct,
         cores: int | None = None,
+        poll_secs: float = 15.0,
     ) -> None:
         self.repository = repository
         self.mode = mode
@@ -93,6 +94,7 @@ class ModelRegistry:
         self.drain_timeout_s = drain_timeout_s
         self.scheduler_factory = scheduler_factory
         self.cores = cores or default_threads()
+        self.poll_secs = poll_secs
         #: set by the data plane so that ensembles can call other models
         self.infer_fn: InferFn | None = None
         self._records: dict[str, ModelRecord] = {}
@@ -219,10 +221,11 @@ class ModelRegistry:
             self.unload(name, _internal=True)
 
     # ----- poll mode -----
-    def start_polling(self, interval_s: float = 15.0) -> None:
+    def start_polling(self, interval_s: float | None = None) -> None:
         if self._poller is not None:
             return
-        self._poller = threading.Thread(target=self._poll_loop, args=(interval_s,), daemon=True, name="repo-poll")
+        interval = interval_s or self.poll_secs
+        self._poller = threading.Thread(target=self._poll_loop, args=(interval,), daemon=True, name="repo-poll")
         self._poller.start()
 
     def _poll_loop(self, interval_s: float) -> None:

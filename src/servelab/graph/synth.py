@@ -21,7 +21,7 @@ from servelab.graph.store import GraphStore, build_store
 __all__ = ["synth_graph"]
 
 _CHUNK = 1 << 20
-# Chung-Lu draws repeat some pairs (hub to hub) and a few self-loops: draw this many more to compensate.
+# Draw a little more than asked: some pairs repeat and a few are self-loops.
 _OVERDRAW = 1.03
 
 
@@ -46,28 +46,57 @@ def _weights(rng: np.random.Generator, n: int, avg_degree: float, exponent: floa
     return w
 
 
+def _draw(
+    rng: np.random.Generator, cum: np.ndarray, start_w: np.ndarray, comm_w: np.ndarray, m: int,
+    homophily: float, pos_comm: np.ndarray,
+) -> np.ndarray:
+    """Draw m position pairs as undirected keys lo * n + hi (self-loops dropped)."""
+    n = cum.size
+    total = cum[-1]
+    keys = []
+    for lo in range(0, m, _CHUNK):
+        k = min(m, lo + _CHUNK) - lo
+        u = np.minimum(np.searchsorted(cum, rng.random(k) * total, side="right"), n - 1)
+        c = pos_comm[u]
+        target = rng.random(k)
+        target = np.where(rng.random(k) < homophily, start_w[c] + target * comm_w[c], target * total)
+        v = np.minimum(np.searchsorted(cum, target, side="right"), n - 1)
+        keep = u != v
+        a, b = u[keep], v[keep]
+        keys.append(np.minimum(a, b) * np.int64(n) + np.maximum(a, b))
+    return np.concatenate(keys)
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    a.sort()
+    keep = np.empty(a.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 def _edges(
     rng: np.random.Generator, w: np.ndarray, bounds: np.ndarray, m: int, homophily: float, pos_comm: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Draw m (src, dst) position pairs; positions are grouped by community (bounds = starts)."""
+    """Exactly m distinct undirected position pairs (fewer only if the graph saturates)."""
     cum = np.cumsum(w)
-    total = cum[-1]
-    start_w = np.concatenate([[0.0], cum])[bounds[:-1]]
-    comm_w = np.concatenate([[0.0], cum])[bounds[1:]] - start_w
-    src = np.empty(m, dtype=np.int64)
-    dst = np.empty(m, dtype=np.int64)
-    for lo in range(0, m, _CHUNK):
-        hi = min(m, lo + _CHUNK)
-        u = np.searchsorted(cum, rng.random(hi - lo) * total, side="right")
-        np.minimum(u, w.size - 1, out=u)
-        c = pos_comm[u]
-        inside = rng.random(hi - lo) < homophily
-        target = rng.random(hi - lo)
-        target = np.where(inside, start_w[c] + target * comm_w[c], target * total)
-        v = np.searchsorted(cum, target, side="right")
-        np.minimum(v, w.size - 1, out=v)
-        src[lo:hi], dst[lo:hi] = u, v
-    return src, dst
+    edges_w = np.concatenate([[0.0], cum])
+    start_w = edges_w[bounds[:-1]]
+    comm_w = edges_w[bounds[1:]] - start_w
+    keys = np.empty(0, dtype=np.int64)
+    want, keep_rate = m, 1.0 / _OVERDRAW
+    for _ in range(8):  # Chung-Lu repeats some hub-hub pairs: top up until m distinct pairs
+        draw = int(want / keep_rate * _OVERDRAW) + 16
+        before = keys.size
+        keys = _sorted_unique(np.concatenate([keys, _draw(rng, cum, start_w, comm_w, draw, homophily, pos_comm)]))
+        keep_rate = max((keys.size - before) / draw, 0.05)
+        want = m - keys.size
+        if want <= 0:
+            break
+    if keys.size > m:
+        keys = np.delete(keys, rng.choice(keys.size, keys.size - m, replace=False))
+    n = np.int64(w.size)
+    return keys // n, keys % n
 
 
 def _write_features(
@@ -118,7 +147,7 @@ def synth_graph(
     labels = np.empty(nodes, dtype=np.int64)
     labels[perm] = pos_comm
     w = _weights(rng, nodes, avg_degree, exponent)
-    m = int(nodes * avg_degree / 2 * _OVERDRAW)
+    m = round(nodes * avg_degree / 2)
     su, sv = _edges(rng, w, bounds, m, homophily, pos_comm)
     src, dst = perm[su], perm[sv]
     del su, sv

@@ -1,0 +1,65 @@
+"""Start the gRPC front door: ``inference.GRPCInferenceService`` plus ``grpc.health.v1.Health``.
+
+    server = await start_grpc_server(dataplane, "127.0.0.1", 0)
+    port = bound_port(server)      # the port actually bound (useful with port 0)
+    ...
+    await server.stop(grace=5)
+"""
+
+from __future__ import annotations
+
+import grpc.aio
+
+from servelab.core.dataplane import DataPlane
+from servelab.frontends.grpc.servicer import HealthServicer, InferenceServicer
+from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
+from servelab.protocol import health_pb2_grpc
+
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "bound_port", "start_grpc_server"]
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_PORT_ATTRIBUTE = "servelab_bound_port"
+
+
+async def start_grpc_server(
+    dataplane: DataPlane,
+    host: str,
+    port: int,
+    *,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> grpc.aio.Server:
+    """Bind ``host:port`` (0 picks a free port), start serving and return the started server.
+
+    The port actually bound is ``bound_port(server)`` (also the attribute ``server.servelab_bound_port``).
+    Messages above ``max_message_bytes`` are refused by gRPC with RESOURCE_EXHAUSTED. Stop the server
+    with ``await server.stop(grace_s)``. Raises OSError when the address cannot be bound.
+    """
+    if max_message_bytes <= 0:
+        raise ValueError(f"max_message_bytes must be positive; got {max_message_bytes}")
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(dataplane), server)
+    address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"gRPC server cannot bind {address}: {exc}") from None
+    if bound == 0:
+        raise OSError(f"gRPC server cannot bind {address}")
+    setattr(server, _PORT_ATTRIBUTE, bound)
+    await server.start()
+    return server
+
+
+def bound_port(server: grpc.aio.Server) -> int:
+    """The TCP port a server from :func:`start_grpc_server` listens on."""
+    port = getattr(server, _PORT_ATTRIBUTE, None)
+    if port is None:
+        raise ValueError("this server was not started by start_grpc_server")
+    return int(port)

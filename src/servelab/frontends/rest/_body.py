@@ -1,0 +1,60 @@
+"""Reading a request body within limits: Content-Length checked before a byte is read; gzip/deflate."""
+
+from __future__ import annotations
+
+import zlib
+
+from starlette.requests import Request
+
+from servelab.errors import InvalidArgument, PayloadTooLarge
+
+__all__ = ["read_body"]
+
+_WBITS = {"gzip": 31, "deflate": 15}
+
+
+def _too_large(size: int | str, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"request body is {size} bytes; the limit is {limit} bytes (settings limits.max_body_bytes, "
+        "flag --max-body-bytes)"
+    )
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing (413) anything over ``limit`` bytes before reading it when possible."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise InvalidArgument(f"Content-Length {declared!r} is not an integer") from None
+        if size > limit:
+            raise _too_large(size, limit)
+        body = await request.body()
+    else:
+        chunks: list[bytes] = []
+        total = 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit:
+                raise _too_large(f"more than {limit}", limit)
+            chunks.append(chunk)
+        body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    return _decompress(body, encoding, limit)
+
+
+def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    wbits = _WBITS.get(encoding)
+    if wbits is None:
+        raise InvalidArgument(f"Content-Encoding {encoding!r} is not supported; use gzip, deflate or identity")
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidArgument(f"request body is not valid {encoding} data: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise _too_large(f"more than {limit} (decompressed)", limit)
+    return out

@@ -1,0 +1,41 @@
+"""Small helpers shared by the REST route modules: state lookup, JSON responses, threads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import orjson
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from servelab.config.settings import ServerSettings
+from servelab.core.dataplane import DataPlane
+
+__all__ = ["dataplane", "in_thread", "json_response", "model_and_version", "settings"]
+
+T = TypeVar("T")
+_JSON = "application/json"
+
+
+def dataplane(request: Request) -> DataPlane:
+    return request.app.state.dataplane  # type: ignore[no-any-return]
+
+
+def settings(request: Request) -> ServerSettings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+def model_and_version(request: Request) -> tuple[str, str]:
+    params = request.path_params
+    return params["model"], params.get("version", "")
+
+
+def json_response(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), status, headers, _JSON)
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking data-plane call (model load, unload with drain) off the event loop."""
+    return await run_in_threadpool(fn, *args)

@@ -1,0 +1,243 @@
+"""OIP REST JSON (+ Triton's binary tensor data extension) <-> InferRequest / InferResponse.
+
+A request body is a JSON header, optionally followed by raw tensors in the order of the JSON inputs
+that carry ``parameters.binary_data_size`` (header length in ``Inference-Header-Content-Length``). A
+response carries outputs as JSON ``data`` or, when asked (``binary_data`` per output, or the request
+parameter ``binary_data_output``), as raw bytes after the JSON with ``binary_data_size``.
+Every malformed piece is an :class:`InvalidArgument` naming the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from servelab.errors import InvalidArgument
+from servelab.protocol.codecs import array_from_json, array_from_raw, array_to_json, array_to_raw
+from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
+
+__all__ = ["DecodedRequest", "decode_infer", "encode_infer", "parse_json_object", "split_body"]
+
+#: dtypes orjson serialises straight from numpy (no per-element Python objects)
+_ORJSON_NUMPY = frozenset(
+    {
+        DataType.BOOL, DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64, DataType.INT8,
+        DataType.INT16, DataType.INT32, DataType.INT64, DataType.FP16, DataType.FP32, DataType.FP64,
+    }
+)
+
+
+@dataclass(slots=True)
+class DecodedRequest:
+    request: InferRequest
+    #: request-wide ``binary_data_output``
+    binary_default: bool = False
+    #: per-output ``binary_data`` settings (they override the default)
+    binary_outputs: dict[str, bool] = field(default_factory=dict)
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
+    """(JSON header, binary tail) from ``Inference-Header-Content-Length``; a lying length is a 400."""
+    if header_length is None:
+        return body, memoryview(b"")
+    try:
+        n = int(header_length)
+    except ValueError:
+        raise InvalidArgument(
+            f"Inference-Header-Content-Length {header_length!r} is not an integer; expected the byte length "
+            "of the JSON header"
+        ) from None
+    if n < 0 or n > len(body):
+        raise InvalidArgument(
+            f"Inference-Header-Content-Length is {n} but the body has only {len(body)} bytes; expected the "
+            "byte length of the JSON header, at most the body length"
+        )
+    view = memoryview(body)
+    return view[:n], view[n:]
+
+
+def parse_json_object(raw: bytes | memoryview, what: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        hint = ""
+        if isinstance(raw, memoryview) or raw[:1] not in (b"{", b"[", b" ", b"\n"):
+            hint = " (binary tensors after the JSON need the Inference-Header-Content-Length header)"
+        raise InvalidArgument(f"{what} is not valid JSON: {exc}{hint}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{what} must be a JSON object; got {type(value).__name__}")
+    return value
+
+
+def _parameters(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{where}: 'parameters' must be an object; got {type(value).__name__}")
+    return value
+
+
+def _input_tensor(
+    item: Any, index: int, tail: memoryview, offset: int, max_elements: int
+) -> tuple[Tensor, int]:
+    if not isinstance(item, dict):
+        raise InvalidArgument(f"inputs[{index}] must be an object with name, shape, datatype and data")
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"inputs[{index}]: 'name' must be a non-empty string")
+    where = f"input '{name}'"
+    shape = item.get("shape")
+    if not isinstance(shape, list) or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in shape):
+        raise InvalidArgument(f"{where}: 'shape' must be a list of non-negative integers; got {shape!r}")
+    datatype_name = item.get("datatype")
+    if not isinstance(datatype_name, str):
+        raise InvalidArgument(f"{where}: 'datatype' must be a string such as \"FP32\"; got {datatype_name!r}")
+    try:
+        datatype = DataType.parse(datatype_name)
+    except ValueError as exc:
+        raise InvalidArgument(f"{where}: {exc}") from None
+    count = math.prod(shape)
+    if count > max_elements:
+        raise InvalidArgument(f"{where}: shape {shape} has {count} elements; the limit is {max_elements}")
+    params = _parameters(item.get("parameters"), where)
+    size = params.get("binary_data_size")
+    if size is not None:
+        if "data" in item:
+            raise InvalidArgument(f"{where}: has both 'data' and parameters.binary_data_size; send one of them")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidArgument(f"{where}: parameters.binary_data_size must be a non-negative integer")
+        if offset + size > len(tail):
+            raise InvalidArgument(
+                f"{where}: binary_data_size {size} at offset {offset} runs past the {len(tail)} bytes of "
+                "binary data after the JSON header"
+            )
+        raw = tail[offset : offset + size]
+        if datatype is DataType.BYTES and 4 * count > size:
+            raise InvalidArgument(f"{where}: BYTES {shape} needs at least {4 * count} bytes; got {size}")
+        array = array_from_raw(raw, datatype, tuple(shape), name)
+        params = {k: v for k, v in params.items() if k != "binary_data_size"}
+        return Tensor(name, datatype, tuple(shape), array, params), offset + size
+    if "data" not in item:
+        raise InvalidArgument(f"{where}: has no 'data' and no parameters.binary_data_size")
+    array = array_from_json(item["data"], datatype, tuple(shape), name)
+    return Tensor(name, datatype, tuple(shape), array, params), offset
+
+
+def _requested(value: Any) -> tuple[list[RequestedOutput], dict[str, bool]]:
+    if value is None:
+        return [], {}
+    if not isinstance(value, list):
+        raise InvalidArgument(f"'outputs' must be a list of {{\"name\": ...}} objects; got {type(value).__name__}")
+    outputs: list[RequestedOutput] = []
+    binary: dict[str, bool] = {}
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InvalidArgument(f"outputs[{i}] must be an object with a string 'name'")
+        name = item["name"]
+        params = _parameters(item.get("parameters"), f"requested output '{name}'")
+        classes = params.get("classification", 0)
+        if not isinstance(classes, int) or isinstance(classes, bool) or classes < 0:
+            raise InvalidArgument(f"requested output '{name}': parameters.classification must be an integer >= 0")
+        if "binary_data" in params:
+            if not isinstance(params["binary_data"], bool):
+                raise InvalidArgument(f"requested output '{name}': parameters.binary_data must be true or false")
+            binary[name] = params["binary_data"]
+        outputs.append(RequestedOutput(name, classes, params))
+    return outputs, binary
+
+
+def decode_infer(
+    header: dict[str, Any], tail: memoryview, model: str, version: str, max_elements: int
+) -> DecodedRequest:
+    """Decode a parsed JSON header plus its binary tail into an InferRequest."""
+    inputs_json = header.get("inputs")
+    if not isinstance(inputs_json, list):
+        raise InvalidArgument("request must have an 'inputs' list of {name, shape, datatype, data} objects")
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgument(f"'id' must be a string; got {type(request_id).__name__}")
+    params = _parameters(header.get("parameters"), "request")
+    binary_default = params.get("binary_data_output", False)
+    if not isinstance(binary_default, bool):
+        raise InvalidArgument("request parameters.binary_data_output must be true or false")
+    tensors: list[Tensor] = []
+    offset = 0
+    for i, item in enumerate(inputs_json):
+        tensor, offset = _input_tensor(item, i, tail, offset, max_elements)
+        tensors.append(tensor)
+    if offset != len(tail):
+        raise InvalidArgument(
+            f"the inputs' binary_data_size values add up to {offset} bytes but {len(tail)} bytes follow the "
+            "JSON header (check Inference-Header-Content-Length and each binary_data_size)"
+        )
+    outputs, binary = _requested(header.get("outputs"))
+    request = InferRequest(model, tensors, version, request_id, outputs, params)
+    return DecodedRequest(request, binary_default, binary)
+
+
+def raw_request(
+    body: bytes, metadata: dict[str, Any], model: str, version: str, max_elements: int
+) -> DecodedRequest:
+    """Triton's raw binary request (header length 0): the body is the one input's bytes, batch 1."""
+    inputs = metadata["inputs"]
+    if len(inputs) != 1:
+        raise InvalidArgument(
+            f"Inference-Header-Content-Length 0 (raw binary request) needs a model with exactly one input; "
+            f"model '{model}' has {len(inputs)}"
+        )
+    spec = inputs[0]
+    datatype = DataType.parse(spec["datatype"])
+    shape = [1 if i == 0 and d == -1 else d for i, d in enumerate(spec["shape"])]
+    if datatype is DataType.BYTES:
+        array = np.array([bytes(body)], dtype=object).reshape([1] * len(shape))
+        shape = [1] * len(shape)
+    else:
+        unknown = [i for i, d in enumerate(shape) if d == -1]
+        if len(unknown) > 1:
+            raise InvalidArgument(f"raw binary request: input shape {spec['shape']} has more than one variable dimension")
+        item = datatype.itemsize or 1
+        known = math.prod(d for d in shape if d != -1) * item
+        if unknown:
+            if known == 0 or len(body) % known:
+                raise InvalidArgument(f"raw binary request: {len(body)} bytes do not fit shape {spec['shape']}")
+            shape[unknown[0]] = len(body) // known
+        if math.prod(shape) > max_elements:
+            raise InvalidArgument(f"raw binary request: {math.prod(shape)} elements; the limit is {max_elements}")
+        array = array_from_raw(body, datatype, tuple(shape), spec["name"])
+    tensor = Tensor(spec["name"], datatype, tuple(shape), array)
+    return DecodedRequest(InferRequest(model, [tensor], version), binary_default=True)
+
+
+def _json_data(array: np.ndarray, datatype: DataType) -> Any:
+    if datatype in _ORJSON_NUMPY and array.dtype == datatype.numpy_dtype:
+        return np.ascontiguousarray(array).reshape(-1)
+    return array_to_json(array, datatype)
+
+
+def encode_infer(response: InferResponse, decoded: DecodedRequest) -> tuple[bytes, int | None]:
+    """(body, JSON header length or None when every output is JSON)."""
+    outputs: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    for t in response.outputs:
+        entry: dict[str, Any] = {"name": t.name, "datatype": t.datatype.value, "shape": list(t.shape)}
+        if decoded.binary_outputs.get(t.name, decoded.binary_default):
+            raw = array_to_raw(t.data, t.datatype)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = _json_data(t.data, t.datatype)
+        outputs.append(entry)
+    body: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.id:
+        body["id"] = response.id
+    if response.parameters:
+        body["parameters"] = response.parameters
+    body["outputs"] = outputs
+    header = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not chunks:
+        return header, None
+    return header + b"".join(chunks), len(header)

@@ -1,0 +1,158 @@
+"""Open Inference Protocol REST routes with Triton's extensions (binary data, config, repository, stats)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from servelab.errors import InvalidArgument
+from servelab.frontends.rest._body import read_body
+from servelab.frontends.rest._common import dataplane, in_thread, json_response, model_and_version, settings
+from servelab.frontends.rest._oip_codec import (
+    decode_infer,
+    encode_infer,
+    parse_json_object,
+    raw_request,
+    split_body,
+)
+from servelab.repository import config_to_dict
+
+__all__ = ["EXTENSIONS", "routes"]
+
+#: extensions this front-end adds to the data plane's list
+EXTENSIONS = ("binary_tensor_data",)
+_HEADER_LENGTH = "inference-header-content-length"
+
+
+async def live(request: Request) -> Response:
+    return Response(status_code=200 if dataplane(request).live() else 503)
+
+
+async def ready(request: Request) -> Response:
+    return Response(status_code=200 if dataplane(request).ready() else 503)
+
+
+async def server_metadata(request: Request) -> Response:
+    return json_response(dataplane(request).server_metadata())
+
+
+async def model_metadata(request: Request) -> Response:
+    name, version = model_and_version(request)
+    return json_response(dataplane(request).model_metadata(name, version))
+
+
+async def model_ready(request: Request) -> Response:
+    name, version = model_and_version(request)
+    dp = dataplane(request)
+    if dp.model_ready(name, version):
+        return Response(status_code=200)
+    dp.registry.get(name, version)  # raises NotFound / Unavailable with the reason
+    return Response(status_code=503)  # pragma: no cover - get() raised
+
+
+async def model_config(request: Request) -> Response:
+    name, version = model_and_version(request)
+    return json_response(config_to_dict(dataplane(request).model_config(name, version)))
+
+
+async def model_stats(request: Request) -> Response:
+    name = request.path_params.get("model", "")
+    version = request.path_params.get("version", "")
+    return json_response(dataplane(request).statistics(name, version))
+
+
+async def infer(request: Request) -> Response:
+    name, version = model_and_version(request)
+    dp = dataplane(request)
+    limits = settings(request).limits
+    body = await read_body(request, limits.max_body_bytes)
+    header_length = request.headers.get(_HEADER_LENGTH)
+    if header_length is not None and header_length.strip() == "0":
+        decoded = raw_request(body, dp.model_metadata(name, version), name, version, limits.max_tensor_elements)
+    else:
+        header_raw, tail = split_body(body, header_length)
+        header = parse_json_object(header_raw, "inference request")
+        decoded = decode_infer(header, tail, name, version, limits.max_tensor_elements)
+    response = await dp.infer_async(decoded.request)
+    payload, json_length = encode_infer(response, decoded)
+    if json_length is None:
+        return Response(payload, media_type="application/json")
+    return Response(
+        payload,
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(json_length)},
+    )
+
+
+async def _optional_object(request: Request, what: str) -> dict[str, Any]:
+    body = await read_body(request, settings(request).limits.max_body_bytes)
+    if not body.strip():
+        return {}
+    return parse_json_object(body, what)
+
+
+async def repository_index(request: Request) -> Response:
+    body = await _optional_object(request, "repository index request")
+    ready_only = body.get("ready", False)
+    if not isinstance(ready_only, bool):
+        raise InvalidArgument("repository index: 'ready' must be true or false")
+    return json_response(dataplane(request).repository_index(ready_only))
+
+
+def _load_parameters(body: dict[str, Any]) -> dict[str, Any]:
+    params = body.get("parameters", {})
+    if not isinstance(params, dict):
+        raise InvalidArgument("'parameters' must be an object")
+    return params
+
+
+async def repository_load(request: Request) -> Response:
+    name = request.path_params["model"]
+    params = _load_parameters(await _optional_object(request, "model load request"))
+    files = [k for k in params if k.startswith("file:")]
+    if files:
+        raise InvalidArgument(f"model load: file overrides {files} are not supported; put the files in the repository")
+    config = params.get("config")
+    if config is not None and not isinstance(config, str):
+        raise InvalidArgument("model load: parameters.config must be a string holding the ModelConfig as JSON")
+    await in_thread(dataplane(request).load_model, name, config)
+    return Response(status_code=200)
+
+
+async def repository_unload(request: Request) -> Response:
+    name = request.path_params["model"]
+    params = _load_parameters(await _optional_object(request, "model unload request"))
+    dependents = params.get("unload_dependents", False)
+    if not isinstance(dependents, bool):
+        raise InvalidArgument("model unload: parameters.unload_dependents must be true or false")
+    await in_thread(dataplane(request).unload_model, name, dependents)
+    return Response(status_code=200)
+
+
+def _model_routes(suffix: str, endpoint: Any, methods: list[str]) -> list[BaseRoute]:
+    return [
+        Route(f"/v2/models/{{model}}/versions/{{version}}{suffix}", endpoint, methods=methods),
+        Route(f"/v2/models/{{model}}{suffix}", endpoint, methods=methods),
+    ]
+
+
+def routes() -> list[BaseRoute]:
+    out: list[BaseRoute] = [
+        Route("/v2/health/live", live, methods=["GET"]),
+        Route("/v2/health/ready", ready, methods=["GET"]),
+        Route("/v2", server_metadata, methods=["GET"]),
+        Route("/v2/", server_metadata, methods=["GET"]),
+        Route("/v2/models/stats", model_stats, methods=["GET"]),
+        Route("/v2/repository/index", repository_index, methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", repository_load, methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", repository_unload, methods=["POST"]),
+    ]
+    out += _model_routes("/infer", infer, ["POST"])
+    out += _model_routes("/ready", model_ready, ["GET"])
+    out += _model_routes("/config", model_config, ["GET"])
+    out += _model_routes("/stats", model_stats, ["GET"])
+    out += _model_routes("", model_metadata, ["GET"])
+    return out
