@@ -47,7 +47,7 @@ def build_simple(repo: Path) -> None:
             """\
             name: "simple"
             platform: "onnxruntime_onnx"
-            max_batch_size: 8
+            max_batch_size: 32
             input [
               { name: "INPUT0", data_type: TYPE_INT32, dims: [16] },
               { name: "INPUT1", data_type: TYPE_INT32, dims: [16] }

@@ -21,7 +21,7 @@ import numpy as np
 from servelab.errors import InternalError, ServelabError
 from servelab.protocol import model_config_pb2 as mc
 
-__all__ = ["Backend", "BackendContext", "InferFn", "Outputs", "Inputs", "param", "split_rows", "concat_rows"]
+__all__ = ["Backend", "BackendContext", "InferFn", "Inputs", "Outputs", "concat_rows", "param", "split_rows"]
 
 Inputs = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]

@@ -75,8 +75,14 @@ def array_from_json(data: Any, datatype: DataType, shape: tuple[int, ...], name:
     count = element_count(shape, name)
     try:
         if datatype is DataType.BYTES:
-            flat = np.array(_flatten(data), dtype=object)
-            flat = np.array([s.encode() if isinstance(s, str) else bytes(s) for s in flat], dtype=object)
+            # REST front-end fix: only str/bytes elements. bytes(n) of an int would allocate n zero bytes
+            # (a one-line JSON body could make the server allocate gigabytes).
+            items = _flatten(data)
+            bad = next((s for s in items if not isinstance(s, str | bytes)), None)
+            if bad is not None:
+                raise InvalidArgument(f"tensor '{name}': BYTES data must be strings; got {type(bad).__name__} {bad!r:.40}")
+            flat = np.empty(len(items), dtype=object)
+            flat[:] = [s.encode() if isinstance(s, str) else s for s in items]
         elif datatype is DataType.BF16 or datatype is DataType.FP16:
             flat = np.asarray(data, dtype=np.float32).astype(datatype.numpy_dtype).reshape(-1)
         elif datatype is DataType.BOOL:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import numpy as np
 import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -32,8 +33,16 @@ def model_and_version(request: Request) -> tuple[str, str]:
     return params["model"], params.get("version", "")
 
 
+def _fallback(value: Any) -> Any:
+    """What orjson cannot write natively: non-contiguous or unusual numpy arrays and scalars."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(f"cannot serialise {type(value).__name__} as JSON")
+
+
 def json_response(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), status, headers, _JSON)
+    body = orjson.dumps(content, default=_fallback, option=orjson.OPT_SERIALIZE_NUMPY)
+    return Response(body, status, headers, _JSON)
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:

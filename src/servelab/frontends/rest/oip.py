@@ -49,8 +49,8 @@ async def model_ready(request: Request) -> Response:
     dp = dataplane(request)
     if dp.model_ready(name, version):
         return Response(status_code=200)
-    dp.registry.get(name, version)  # raises NotFound / Unavailable with the reason
-    return Response(status_code=503)  # pragma: no cover - get() raised
+    dp.model_metadata(name, version)  # raises NotFound / Unavailable naming the reason
+    return Response(status_code=503)
 
 
 async def model_config(request: Request) -> Response:

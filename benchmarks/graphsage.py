@@ -1,0 +1,243 @@
+"""GraphSAGE pipeline benchmark: sampling + feature gather + SAGE layers, in-process, per runtime.
+
+Rows (batch 1 and 32 by default, the same query nodes for every row):
+  numba + onnxruntime | numba + openvino | numba + torchscript | python + torch eager (baseline)
+The baseline is a TorchServe-style handler: a pure-Python sampler and eager torch in one function.
+Reports P50/P99 latency per call, query nodes per second, each stage's share, and speed-ups against
+the baseline measured in the same run. Writes benchmarks/results/graphsage.json.
+
+    .venv/bin/python benchmarks/graphsage.py --nodes 100000      # while developing
+    .venv/bin/python benchmarks/graphsage.py                     # 1,000,000 nodes (~0.5 GB features)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from servelab.graph.export import LayersFn, eager_runner, export_artifact, load_runner
+from servelab.graph.model import SageConfig, SageLayers, load_model
+from servelab.graph.sampler import NumbaSampler, PythonSampler, gather_features
+from servelab.graph.store import GraphStore
+from servelab.graph.synth import synth_graph
+
+RESULTS = Path(__file__).parent / "results" / "graphsage.json"
+BASELINE = "python + torch eager (baseline)"
+#: one call: node ids -> (sample_ns, gather_ns, layers_ns)
+PipelineFn = Callable[[np.ndarray], tuple[int, int, int]]
+
+
+@dataclass
+class Row:
+    config: str
+    batch: int
+    calls: int
+    p50_us: float
+    p99_us: float
+    mean_us: float
+    nodes_per_s: float
+    sample_share: float
+    gather_share: float
+    layers_share: float
+    speedup_p50: float = math.nan
+    throughput_ratio: float = math.nan
+
+
+def _pipeline(sampler: NumbaSampler | PythonSampler, store: GraphStore, layers: LayersFn) -> PipelineFn:
+    def call(ids: np.ndarray) -> tuple[int, int, int]:
+        t0 = time.perf_counter_ns()
+        block = sampler.sample(ids)
+        t1 = time.perf_counter_ns()
+        x = gather_features(store, block.nodes)
+        t2 = time.perf_counter_ns()
+        layers(x, block.nbr1, block.nbr2)
+        return t1 - t0, t2 - t1, time.perf_counter_ns() - t2
+
+    return call
+
+
+def _measure(
+    name: str, fn: PipelineFn, queries: np.ndarray, batch: int, min_calls: int, budget_s: float
+) -> Row:
+    calls = max(len(queries) // batch, min_calls)
+    order = np.resize(queries, calls * batch).reshape(calls, batch)
+    for ids in order[: min(20, calls)]:  # warm-up: compile, allocate, fill caches
+        fn(ids)
+    stages = np.zeros((calls, 3), np.int64)
+    deadline = time.perf_counter() + budget_s
+    done = 0
+    for done, ids in enumerate(order, start=1):
+        stages[done - 1] = fn(ids)
+        if time.perf_counter() > deadline:
+            break
+    stages = stages[:done]
+    total = stages.sum(axis=1) / 1e3  # us
+    share = stages.sum(axis=0) / max(int(stages.sum()), 1)
+    return Row(
+        config=name,
+        batch=batch,
+        calls=done,
+        p50_us=float(np.percentile(total, 50)),
+        p99_us=float(np.percentile(total, 99)),
+        mean_us=float(total.mean()),
+        nodes_per_s=float(batch * done / (total.sum() / 1e6)),
+        sample_share=float(share[0]),
+        gather_share=float(share[1]),
+        layers_share=float(share[2]),
+    )
+
+
+def _graph(nodes: int, graph_dir: Path | None, seed: int, console: Console) -> GraphStore:
+    path = graph_dir or Path(tempfile.gettempdir()) / f"servelab-graphsage-{nodes}-s{seed}"
+    if (path / "manifest.json").is_file():
+        store = GraphStore.open(path)
+        if store.num_nodes == nodes:
+            return store
+    console.print(f"synthesising a {nodes:,}-node graph in {path} ...")
+    return synth_graph(path, nodes=nodes, seed=seed)
+
+
+def _model(store: GraphStore, model_dir: Path | None) -> SageLayers:
+    if model_dir is not None:
+        return load_model(model_dir)[0]
+    torch.manual_seed(0)  # latency does not depend on the weights' values
+    return SageLayers(SageConfig(store.num_features, max(store.num_classes, 2))).eval()
+
+
+def _layer_runners(model: SageLayers, workdir: Path, threads: int) -> dict[str, LayersFn]:
+    runners: dict[str, LayersFn] = {}
+    for runtime, label in (
+        ("onnxruntime", "onnxruntime"),
+        ("openvino", "openvino"),
+        ("torch", "torchscript"),
+    ):
+        path = export_artifact(model, runtime, workdir / runtime)
+        runners[f"numba + {label}"] = load_runner(runtime, path, threads)
+    return runners
+
+
+def run_in_process(args: argparse.Namespace, console: Console) -> list[Row]:
+    """Every in-process configuration at every batch size, baseline included."""
+    store = _graph(args.nodes, args.graph_dir, args.seed, console)
+    model = _model(store, args.model_dir)
+    fanouts = model.config.fanouts
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(args.seed)
+    queries = rng.choice(store.num_nodes, size=args.queries, replace=False).astype(np.int64)
+    numba = NumbaSampler(store, fanouts, args.seed, threads=args.threads)
+    numba.warmup()
+    with tempfile.TemporaryDirectory() as tmp:
+        pipelines = {
+            name: _pipeline(numba, store, fn)
+            for name, fn in _layer_runners(model, Path(tmp), args.threads).items()
+        }
+        pipelines[BASELINE] = _pipeline(PythonSampler(store, fanouts, args.seed), store, eager_runner(model))
+        rows = [
+            _measure(name, fn, queries, batch, args.min_calls, args.budget_s)
+            for batch in args.batch
+            for name, fn in pipelines.items()
+        ]
+    for row in rows:
+        base = next(r for r in rows if r.config == BASELINE and r.batch == row.batch)
+        row.speedup_p50 = base.p50_us / row.p50_us
+        row.throughput_ratio = row.nodes_per_s / base.nodes_per_s
+    return rows
+
+
+def run_end_to_end(args: argparse.Namespace, console: Console) -> list[Row]:
+    """NOT WRITTEN YET: the same queries over gRPC and REST against `servelab serve` (the `sage` ensemble).
+
+    Planned: export the repository (servelab.graph.export.export_repository), start the server on
+    127.0.0.1 with a free port, drive it with tritonclient (HTTP and gRPC) at batch 1 and 32, and
+    report the same columns plus the server's per-stage statistics.
+    """
+    raise NotImplementedError("end-to-end GraphSAGE rows need the servelab server; run without --e2e")
+
+
+def _table(rows: list[Row], nodes: int) -> Table:
+    table = Table(title=f"GraphSAGE pipeline, in-process, {nodes:,} nodes (speed-ups vs {BASELINE})")
+    for col in (
+        "config",
+        "batch",
+        "P50 us",
+        "P99 us",
+        "nodes/s",
+        "sample",
+        "gather",
+        "layers",
+        "x P50",
+        "x nodes/s",
+    ):
+        table.add_column(col, justify="left" if col == "config" else "right")
+    for r in rows:
+        table.add_row(
+            r.config,
+            str(r.batch),
+            f"{r.p50_us:,.0f}",
+            f"{r.p99_us:,.0f}",
+            f"{r.nodes_per_s:,.0f}",
+            f"{r.sample_share:.0%}",
+            f"{r.gather_share:.0%}",
+            f"{r.layers_share:.0%}",
+            f"{r.speedup_p50:.2f}",
+            f"{r.throughput_ratio:.2f}",
+        )
+    return table
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=1_000_000, help="synthetic graph size (default 1,000,000)")
+    p.add_argument(
+        "--graph-dir", type=Path, default=None, help="graph store to use or create (default: a temp dir)"
+    )
+    p.add_argument("--model-dir", type=Path, default=None, help="trained model (default: random weights)")
+    p.add_argument("--queries", type=int, default=1000, help="distinct query nodes")
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 32], help="batch sizes")
+    p.add_argument("--min-calls", type=int, default=300, help="calls per row at least (queries are cycled)")
+    p.add_argument("--budget-s", type=float, default=20.0, help="stop a row after this many seconds")
+    p.add_argument("--threads", type=int, default=1, help="threads for layers and numba (2 cores: keep 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--e2e", action="store_true", help="also run the over-the-wire rows (not written yet)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args()
+    if args.nodes < 2 or args.queries < 1 or min(args.batch) < 1 or args.threads < 1:
+        p.error("--nodes must be >= 2; --queries, --batch and --threads must be >= 1")
+    if args.queries > args.nodes:
+        p.error(f"--queries ({args.queries}) cannot exceed --nodes ({args.nodes})")
+    return args
+
+
+def main() -> None:
+    args = _args()
+    console = Console(width=max(Console().width, 150))
+    rows = run_in_process(args, console)
+    if args.e2e:
+        rows += run_end_to_end(args, console)
+    console.print(_table(rows, args.nodes))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "nodes": args.nodes,
+        "queries": args.queries,
+        "threads": args.threads,
+        "machine": platform.processor() or platform.machine(),
+        "baseline": BASELINE,
+    }
+    args.out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2))
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Starlette applications: the HTTP port (OIP, TF Serving, TorchServe inference, /metrics), the
+TorchServe management port and the metrics port."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from servelab.config.settings import ServerSettings
+from servelab.core.dataplane import DataPlane
+from servelab.frontends.rest import oip, tfserving, torchserve, torchserve_management
+from servelab.frontends.rest.errors import install_error_handlers
+
+__all__ = ["create_app", "create_management_app", "create_metrics_app"]
+
+
+def _metrics_route(registry: CollectorRegistry) -> BaseRoute:
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Route("/metrics", metrics, methods=["GET"])
+
+
+def _app(
+    routes: list[BaseRoute],
+    dataplane: DataPlane,
+    settings: ServerSettings,
+    defaults: dict[str, str] | None,
+    torchserve_errors: bool = False,
+) -> Starlette:
+    app = Starlette(routes=routes)
+    app.state.dataplane = dataplane
+    app.state.settings = settings
+    app.state.torchserve_defaults = defaults if defaults is not None else {}
+    install_error_handlers(app, torchserve=torchserve_errors)
+    return app
+
+
+def create_app(
+    dataplane: DataPlane,
+    settings: ServerSettings,
+    metrics_registry: CollectorRegistry,
+    torchserve_defaults: dict[str, str] | None = None,
+) -> Starlette:
+    """The HTTP port. ``torchserve_defaults`` (model -> default version) is shared with the management app."""
+    for ext in oip.EXTENSIONS:
+        if ext not in dataplane.extensions:
+            dataplane.extensions.append(ext)
+    routes = [*oip.routes(), *tfserving.routes(), *torchserve.routes(), _metrics_route(metrics_registry)]
+    return _app(routes, dataplane, settings, torchserve_defaults)
+
+
+def create_management_app(
+    dataplane: DataPlane, settings: ServerSettings, torchserve_defaults: dict[str, str] | None = None
+) -> Starlette:
+    return _app(torchserve_management.routes(), dataplane, settings, torchserve_defaults, torchserve_errors=True)
+
+
+def create_metrics_app(metrics_registry: CollectorRegistry) -> Starlette:
+    app = Starlette(routes=[_metrics_route(metrics_registry)])
+    install_error_handlers(app)
+    return app

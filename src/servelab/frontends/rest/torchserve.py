@@ -1,0 +1,123 @@
+"""TorchServe's inference API on the HTTP port: ``GET /ping`` and ``POST /predictions/{m}[/{v}]``.
+
+How a request body maps to the model's inputs (the model's config is the handler here):
+
+- JSON object whose keys are the model's input names: each value is that input's tensor as nested
+  lists (strings for BYTES, ``{"b64": ...}`` for binary).
+- JSON array (or any other JSON value) for a single-input model: the value is that input's tensor.
+- Anything else that is not JSON, for a single-input BYTES model: the raw body is one element.
+- A tensor whose rank equals the model's per-example rank (batched models) is one example: a batch
+  dimension of 1 is added, and removed again from the outputs.
+
+The response is the output's value for a single-output model, else ``{output_name: value}``. Errors
+are TorchServe's ``{"code": int, "type": str, "message": str}``. The default version is the one set
+through the management API's ``set-default``, else the newest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from servelab.errors import InvalidArgument
+from servelab.frontends.rest._body import read_body
+from servelab.frontends.rest._common import dataplane, json_response, settings
+from servelab.frontends.rest._values import shape_of, tensor_from_value, unb64
+from servelab.types import DataType, InferRequest, Tensor
+
+__all__ = ["routes"]
+
+
+async def ping(request: Request) -> Response:
+    if dataplane(request).ready():
+        return json_response({"status": "Healthy"})
+    return json_response({"status": "Unhealthy"}, status=500)
+
+
+def default_version(request: Request, name: str) -> str:
+    defaults: dict[str, str] = request.app.state.torchserve_defaults
+    return defaults.get(name, "")
+
+
+def _parse(body: bytes, content_type: str) -> tuple[bool, Any]:
+    """(is JSON, value)."""
+    try:
+        return True, orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "json" in content_type:
+            raise InvalidArgument(f"the body is declared as JSON but does not parse: {exc}") from None
+        return False, body
+
+
+def _inputs(parsed: Any, is_json: bool, inputs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    names = [m["name"] for m in inputs]
+    if is_json and isinstance(parsed, dict) and set(parsed) == set(names) and "b64" not in parsed:
+        return parsed
+    if len(names) != 1:
+        raise InvalidArgument(
+            f"model '{name}' has inputs {names}: send a JSON object with one key per input"
+        )
+    if not is_json and inputs[0]["datatype"] != DataType.BYTES.value:
+        raise InvalidArgument(
+            f"model '{name}' takes {inputs[0]['datatype']} input '{names[0]}': send it as a JSON array; "
+            "raw bytes are only for BYTES inputs"
+        )
+    return {names[0]: parsed}
+
+
+def _one_tensor(meta: dict[str, Any], value: Any, batched: bool) -> tuple[Tensor, bool]:
+    datatype = DataType(meta["datatype"])
+    per_example = len(meta["shape"]) - (1 if batched else 0)
+    if isinstance(value, bytes | bytearray):
+        value = [bytes(value)]
+        if batched:
+            value = [value] if per_example == 1 else value
+        added = batched
+    else:
+        if datatype is DataType.BYTES:
+            value = unb64(value)
+        added = batched and len(shape_of(value)) == per_example
+        if added:
+            value = [value]
+    return tensor_from_value(meta["name"], datatype, value), added
+
+
+async def predict(request: Request) -> Response:
+    name = request.path_params["model"]
+    version = request.path_params.get("version") or default_version(request, name)
+    dp = dataplane(request)
+    meta = dp.model_metadata(name, version)
+    body = await read_body(request, settings(request).limits.max_body_bytes)
+    is_json, parsed = _parse(body, request.headers.get("content-type", ""))
+    batched = bool(meta["inputs"]) and meta["inputs"][0]["shape"][:1] == [-1]
+    values = _inputs(parsed, is_json, meta["inputs"], name)
+    by_name = {m["name"]: m for m in meta["inputs"]}
+    tensors: list[Tensor] = []
+    added = False
+    for input_name, value in values.items():
+        tensor, was_added = _one_tensor(by_name[input_name], value, batched)
+        tensors.append(tensor)
+        added = added or was_added
+    response = await dp.infer_async(InferRequest(name, tensors, version))
+    outputs: dict[str, Any] = {}
+    for t in response.outputs:
+        data = t.data[0] if added and t.data.ndim else t.data
+        if t.datatype is DataType.BYTES:
+            text = [b.decode("utf-8", "replace") for b in data.reshape(-1)]
+            outputs[t.name] = np.array(text, dtype=object).reshape(data.shape).tolist()
+        else:
+            outputs[t.name] = data.astype("float32") if t.datatype in (DataType.FP16, DataType.BF16) else data
+    return json_response(next(iter(outputs.values())) if len(outputs) == 1 else outputs)
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/ping", ping, methods=["GET"]),
+        Route("/predictions/{model}", predict, methods=["POST", "PUT"]),
+        Route("/predictions/{model}/{version}", predict, methods=["POST", "PUT"]),
+    ]

@@ -1,0 +1,165 @@
+"""TorchServe's management API (its own port): list, describe, register, scale, set-default, unregister.
+
+Models are registered from the model repository by name (``url`` is the folder name there); "workers"
+are instances: ``initial_workers`` / ``min_worker`` reload the model with that many instances.
+Errors are TorchServe's ``{"code": int, "type": str, "message": str}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from servelab.errors import AlreadyExists, InvalidArgument, NotFound
+from servelab.frontends.rest._common import dataplane, in_thread, json_response
+from servelab.protocol import model_config_pb2 as mc
+
+__all__ = ["routes"]
+
+
+def _int_query(request: Request, key: str, default: int | None) -> int | None:
+    raw = request.query_params.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"query parameter {key}={raw!r} must be an integer") from None
+    if value < 0:
+        raise InvalidArgument(f"query parameter {key} must be >= 0; got {value}")
+    return value
+
+
+def _registered(request: Request) -> list[str]:
+    return sorted({r["name"] for r in dataplane(request).repository_index() if r["state"] == "READY"})
+
+
+async def list_models(request: Request) -> Response:
+    limit = _int_query(request, "limit", 100) or 100
+    start = _int_query(request, "next_page_token", 0) or 0
+    names = _registered(request)
+    page = names[start : start + limit]
+    body: dict[str, Any] = {"models": [{"modelName": n, "modelUrl": n} for n in page]}
+    if start + limit < len(names):
+        body["nextPageToken"] = str(start + limit)
+    return json_response(body)
+
+
+def _instances(config: mc.ModelConfig) -> int:
+    return sum(g.count or 1 for g in config.instance_group) or 1
+
+
+def _describe_one(request: Request, name: str, version: str) -> dict[str, Any]:
+    dp = dataplane(request)
+    config = dp.model_config(name, version)
+    meta = dp.model_metadata(name, version)
+    workers = _instances(config)
+    delay_us = config.dynamic_batching.max_queue_delay_microseconds if config.HasField("dynamic_batching") else 0
+    default = request.app.state.torchserve_defaults.get(name) or meta["versions"][-1]
+    return {
+        "modelName": name,
+        "modelVersion": version or default,
+        "modelUrl": name,
+        "engine": meta["platform"],
+        "runtime": "python",
+        "minWorkers": workers,
+        "maxWorkers": workers,
+        "batchSize": max(1, config.max_batch_size),
+        "maxBatchDelay": delay_us // 1000,
+        "isDefaultVersion": (version or default) == default,
+        "workers": [
+            {"id": str(i), "status": "READY", "gpu": False, "memoryUsage": 0} for i in range(workers)
+        ],
+        "jobQueueStatus": {"remainingCapacity": 1000, "pendingRequests": 0},
+    }
+
+
+async def describe(request: Request) -> Response:
+    name = request.path_params["model"]
+    version = request.path_params.get("version", "")
+    if version == "all":
+        versions = dataplane(request).model_metadata(name)["versions"]
+        return json_response([_describe_one(request, name, v) for v in versions])
+    return json_response([_describe_one(request, name, version)])
+
+
+async def _reload_with_workers(request: Request, name: str, workers: int) -> None:
+    dp = dataplane(request)
+    config = mc.ModelConfig()
+    config.CopyFrom(dp.model_config(name))
+    kind = config.instance_group[0].kind if config.instance_group else mc.ModelInstanceGroup.KIND_CPU
+    del config.instance_group[:]
+    config.instance_group.add(count=workers, kind=kind)
+    await in_thread(dp.load_model, name, json_format.MessageToJson(config))
+
+
+async def register(request: Request) -> Response:
+    url = request.query_params.get("url")
+    if not url:
+        raise InvalidArgument("register: the 'url' query parameter must name a model in the repository")
+    name = request.query_params.get("model_name") or url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".mar")
+    workers = _int_query(request, "initial_workers", 0)
+    if name in _registered(request):
+        raise AlreadyExists(f"Model {name} is already registered.")
+    dp = dataplane(request)
+    await in_thread(dp.load_model, name, None)
+    if workers and workers != _instances(dp.model_config(name)):
+        await _reload_with_workers(request, name, workers)
+    count = _instances(dp.model_config(name))
+    version = dp.model_metadata(name)["versions"][-1]
+    return json_response({"status": f'Model "{name}" Version: {version} registered with {count} initial workers'})
+
+
+async def scale(request: Request) -> Response:
+    name = request.path_params["model"]
+    if request.path_params.get("version"):
+        dataplane(request).model_metadata(name, request.path_params["version"])
+    workers = _int_query(request, "min_worker", None)
+    if workers is None:
+        workers = _int_query(request, "max_worker", None)
+    if not workers:
+        raise InvalidArgument("scale: give min_worker (an integer >= 1)")
+    await _reload_with_workers(request, name, workers)
+    return json_response({"status": f"Workers scaled to {workers} for model: {name}"})
+
+
+async def set_default(request: Request) -> Response:
+    name, version = request.path_params["model"], request.path_params["version"]
+    meta = dataplane(request).model_metadata(name, version)
+    if version not in meta["versions"]:
+        raise NotFound(f"Model version {version} does not exist for model {name}")
+    request.app.state.torchserve_defaults[name] = version
+    return json_response({"status": f'Default version successfully updated for model "{name}" to "{version}"'})
+
+
+async def unregister(request: Request) -> Response:
+    name = request.path_params["model"]
+    version = request.path_params.get("version", "")
+    dp = dataplane(request)
+    dp.model_metadata(name, version)  # NotFound / Unavailable when not registered
+    await in_thread(dp.unload_model, name, False)
+    request.app.state.torchserve_defaults.pop(name, None)
+    return json_response({"status": f'Model "{name}" unregistered'})
+
+
+async def api_description(request: Request) -> Response:
+    return json_response({"openapi": "3.0.1", "info": {"title": "servelab TorchServe-compatible management API"}})
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/", api_description, methods=["OPTIONS"]),
+        Route("/models", list_models, methods=["GET"]),
+        Route("/models", register, methods=["POST"]),
+        Route("/models/{model}", describe, methods=["GET"]),
+        Route("/models/{model}", scale, methods=["PUT"]),
+        Route("/models/{model}", unregister, methods=["DELETE"]),
+        Route("/models/{model}/{version}", describe, methods=["GET"]),
+        Route("/models/{model}/{version}", scale, methods=["PUT"]),
+        Route("/models/{model}/{version}", unregister, methods=["DELETE"]),
+        Route("/models/{model}/{version}/set-default", set_default, methods=["PUT"]),
+    ]

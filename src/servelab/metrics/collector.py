@@ -1,0 +1,146 @@
+"""Prometheus metrics of the server: Triton's ``nv_*`` families plus latency and batch histograms.
+
+Counters are read from each loaded version's statistics at scrape time, so ``/metrics`` always agrees
+with the statistics extension. Triton's cumulative counters keep Triton's exact names (no ``_total``
+suffix, so dashboards written for Triton work unchanged); prometheus-client only writes such names
+as ``untyped`` families, which PromQL's ``rate()`` treats like counters. Histograms come from the
+schedulers' :class:`~servelab.metrics.histograms.ModelHistograms`.
+
+This layer imports nothing from ``servelab.core``: the model registry is read through the small
+protocols below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from servelab.metrics.gpu import NvmlCollector
+from servelab.metrics.histograms import Histogram, ModelHistograms
+
+__all__ = ["ModelCollector", "ServerMetrics", "render"]
+
+_LABELS = ("model", "version")
+
+#: Triton name -> (help, how to read it from ModelStats.as_dict())
+_COUNTERS: dict[str, tuple[str, str]] = {
+    "nv_inference_request_success": ("Number of successful inference requests, all batch sizes", "success.count"),
+    "nv_inference_request_failure": ("Number of failed inference requests, all batch sizes", "fail.count"),
+    "nv_inference_count": ("Number of inferences performed (a batch of n counts n)", "inference_count"),
+    "nv_inference_exec_count": ("Number of model executions performed", "execution_count"),
+    "nv_inference_request_duration_us": ("Cumulative inference request duration in microseconds", "success.us"),
+    "nv_inference_queue_duration_us": ("Cumulative inference queuing duration in microseconds", "queue.us"),
+    "nv_inference_compute_input_duration_us": (
+        "Cumulative compute input duration in microseconds", "compute_input.us"),
+    "nv_inference_compute_infer_duration_us": (
+        "Cumulative compute inference duration in microseconds", "compute_infer.us"),
+    "nv_inference_compute_output_duration_us": (
+        "Cumulative inference compute output duration in microseconds", "compute_output.us"),
+    "nv_cache_num_hits_per_model": ("Number of response cache hits per model", "cache_hit.count"),
+    "nv_cache_num_misses_per_model": ("Number of response cache misses per model", "cache_miss.count"),
+    "nv_cache_hit_duration_per_model": ("Cumulative cache hit lookup duration in microseconds", "cache_hit.us"),
+    "nv_cache_miss_duration_per_model": (
+        "Cumulative cache miss lookup and insertion duration in microseconds", "cache_miss.us"),
+}
+
+#: servelab histogram name -> (help, ModelHistograms attribute)
+_HISTOGRAMS: dict[str, tuple[str, str]] = {
+    "servelab_request_duration_seconds": ("Time in the scheduler per request: queue, compute, answer", "request"),
+    "servelab_queue_duration_seconds": ("Time a request waited in the batcher queue", "queue"),
+    "servelab_compute_duration_seconds": ("Duration of one backend execution (one batch)", "compute"),
+    "servelab_batch_size": ("Inferences (rows) per backend execution", "batch_size"),
+}
+
+
+class _Version(Protocol):
+    name: str
+    version: int
+    stats: Any
+    scheduler: Any
+
+
+class _Record(Protocol):
+    versions: Mapping[int, _Version]
+
+
+class ModelRegistryLike(Protocol):
+    def records(self) -> Iterable[_Record]: ...
+
+
+def _read(stats: Mapping[str, Any], path: str) -> float:
+    infer_stats = stats["inference_stats"]
+    if "." not in path:
+        return float(stats[path])
+    key, unit = path.split(".")
+    if unit == "count":
+        return float(infer_stats[key]["count"])
+    return infer_stats[key]["ns"] / 1000.0
+
+
+class ModelCollector(Collector):
+    """Reads every loaded version's statistics and histograms at scrape time."""
+
+    def __init__(self, model_registry: ModelRegistryLike) -> None:
+        self.model_registry = model_registry
+
+    def _versions(self) -> list[_Version]:
+        return [lv for record in self.model_registry.records() for _, lv in sorted(record.versions.items())]
+
+    def collect(self) -> Iterator[Metric]:
+        versions = self._versions()
+        counters = {name: Metric(name, doc, "unknown") for name, (doc, _) in _COUNTERS.items()}
+        pending = GaugeMetricFamily(
+            "nv_inference_pending_request_count", "Instantaneous number of requests waiting in the queue",
+            labels=list(_LABELS))
+        hists = {name: HistogramMetricFamily(name, doc, labels=list(_LABELS)) for name, (doc, _) in _HISTOGRAMS.items()}
+        for lv in versions:
+            labels = {"model": lv.name, "version": str(lv.version)}
+            snapshot = lv.stats.as_dict()
+            for name, (_, path) in _COUNTERS.items():
+                counters[name].add_sample(name, labels, _read(snapshot, path))
+            pending.add_metric([lv.name, str(lv.version)], float(getattr(lv.scheduler, "pending", 0)))
+            observed: ModelHistograms | None = getattr(lv.scheduler, "histograms", None)
+            if observed is None:
+                continue
+            for name, (_, attr) in _HISTOGRAMS.items():
+                hist: Histogram = getattr(observed, attr)
+                buckets, total, _count = hist.snapshot()
+                hists[name].add_metric([lv.name, str(lv.version)], buckets, total)
+        yield from counters.values()
+        yield pending
+        yield from hists.values()
+
+
+class ServerMetrics:
+    """Every collector of one server, registered on a registry the caller owns (never the global one)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        model_registry: ModelRegistryLike,
+        *,
+        process: bool = True,
+        gpu: bool = True,
+    ) -> None:
+        self.registry = registry
+        self.models = ModelCollector(model_registry)
+        registry.register(self.models)
+        self.process: ProcessCollector | None = ProcessCollector(registry=registry) if process else None
+        self.gpu: NvmlCollector | None = None
+        if gpu:
+            nvml = NvmlCollector()
+            if nvml.available:
+                registry.register(nvml)
+                self.gpu = nvml
+
+    def render(self) -> tuple[bytes, str]:
+        return render(self.registry)
+
+
+def render(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """The Prometheus text exposition of ``registry`` and its content type."""
+    return generate_latest(registry), CONTENT_TYPE_LATEST

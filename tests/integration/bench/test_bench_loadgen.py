@@ -1,0 +1,160 @@
+"""The load generator against real servers on 127.0.0.1: a test OIP server with a known injected
+latency distribution (a subprocess), the bench's own null endpoint, and an in-process ONNX model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from servelab.bench import InputSpec, LoadSpec, TargetSpec, measure_level, run_sweep
+from servelab.bench.nullserver import NullServer
+
+FAKE = Path(__file__).with_name("bench_fake_oip_server.py")
+FAST_S, SLOW_S = 0.005, 0.020  # 90% / 10% of requests
+SLACK_S = {"concurrency": 0.004, "request_rate": 0.006}  # loop wake-ups (ms timers) + HTTP, shared 2 cores
+PRECISION = 0.01
+
+
+class FakeServer:
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(FAKE), *args], stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("PORT "), f"fake server did not start: {line!r}"
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+        deadline = time.monotonic() + 20
+        while True:  # readiness is polled; the loop ends on the first 200
+            try:
+                with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def count(self) -> int:
+        with urllib.request.urlopen(f"{self.url}/counter", timeout=5) as resp:
+            return int(json.load(resp)["count"])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def mixture() -> Iterator[FakeServer]:
+    server = FakeServer("--delays", f"{FAST_S}:0.9,{SLOW_S}:0.1")
+    yield server
+    server.stop()
+
+
+def _target(server: FakeServer) -> TargetSpec:
+    return TargetSpec("oip-http", server.url, server_pid=server.proc.pid)
+
+
+def test_closed_loop_sends_exactly_the_requests_asked(mixture: FakeServer) -> None:
+    before = mixture.count()
+    load = LoadSpec(levels=(4,), request_count=120, warmup_requests=6, measurement_interval_ms=300)
+    result = run_sweep(_target(mixture), "m", load, InputSpec(batch_size=2), measure_ceiling=False).levels[0]
+    assert mixture.count() - before == 126
+    assert result.sent == 120 and result.summary.completed == 120 and not result.errors
+    assert result.summary.inferences_per_s == pytest.approx(2 * result.throughput_rps)
+    assert result.server_rss_mb is not None and result.server_rss_mb > 1
+
+
+def test_open_loop_sends_exactly_the_requests_asked_at_the_rate(mixture: FakeServer) -> None:
+    before = mixture.count()
+    load = LoadSpec(mode="request_rate", levels=(200,), request_count=150, warmup_requests=0, measurement_interval_ms=250)
+    result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
+    assert mixture.count() - before == 150
+    assert result.summary.completed == 150
+    assert result.throughput_rps == pytest.approx(200, rel=0.1)
+
+
+def test_multi_process_workers_split_the_request_count(mixture: FakeServer) -> None:
+    before = mixture.count()
+    load = LoadSpec(levels=(4,), request_count=101, warmup_requests=4, workers=2, measurement_interval_ms=300)
+    result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
+    assert mixture.count() - before == 105
+    assert result.workers == 2 and result.summary.completed == 101 and not result.failures
+
+
+@pytest.mark.parametrize("mode", ["concurrency", "request_rate"])
+def test_percentiles_match_the_injected_distribution(mixture: FakeServer, mode: str) -> None:
+    level = 4 if mode == "concurrency" else 200
+    load = LoadSpec(mode=mode, levels=(level,), arrivals="poisson", measurement_interval_ms=400, max_windows=4, stability_percentage=100)  # type: ignore[arg-type]
+    result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
+    lat = result.summary.percentiles_ms()
+    assert FAST_S * (1 - PRECISION) * 1e3 <= lat["p50"] <= (FAST_S + SLACK_S[mode]) * 1e3, lat
+    assert SLOW_S * (1 - PRECISION) * 1e3 <= lat["p99"] <= (SLOW_S + SLACK_S[mode]) * 1e3, lat
+    # the statistics extension reports the injected sleeps as queue time: mean 0.9*5 + 0.1*20 = 6.5 ms
+    assert result.server is not None
+    assert result.server["queue_us"] == pytest.approx(6500, rel=0.15)
+
+
+def test_stability_rule_stops_when_windows_agree(mixture: FakeServer) -> None:
+    load = LoadSpec(levels=(8,), measurement_interval_ms=300, max_windows=8, stability_percentage=25)
+    result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
+    assert result.stable
+    assert 3 <= len(result.windows) < 8
+
+
+def test_stability_rule_runs_to_max_windows_when_latency_drifts() -> None:
+    server = FakeServer("--delays", "0.004:1", "--drift-per-s", "3")
+    try:
+        load = LoadSpec(levels=(2,), measurement_interval_ms=250, max_windows=5, stability_percentage=10)
+        result = run_sweep(_target(server), "m", load, InputSpec(), measure_ceiling=False).levels[0]
+    finally:
+        server.stop()
+    assert not result.stable
+    assert len(result.windows) == 5
+    p50s = [w.histogram.percentile(50) for w in result.windows]
+    assert p50s[-1] > 1.3 * p50s[-3]
+
+
+def test_client_limited_against_null_server_but_not_against_a_slow_one(mixture: FakeServer) -> None:
+    load = LoadSpec(levels=(8,), measurement_interval_ms=300, max_windows=4, stability_percentage=100)
+    slow = run_sweep(_target(mixture), "m", load, InputSpec()).levels[0]
+    assert slow.ceiling_rps is not None and slow.client_limited is False
+    with NullServer("http") as null:
+        fast = run_sweep(TargetSpec("oip-http", null.url), "m", load, InputSpec(shapes={"x": (4,)})).levels[0]
+    assert fast.client_limited is True
+    assert fast.to_dict()["client_limited"] is True
+
+
+def test_grpc_client_against_the_null_grpc_endpoint() -> None:
+    import asyncio
+
+    load = LoadSpec(levels=(4,), request_count=80, warmup_requests=0, measurement_interval_ms=200)
+    requests = [{"INPUT0": np.ones((1, 4), dtype=np.float32)}]
+    with NullServer("grpc") as null:
+        result = asyncio.run(measure_level(TargetSpec("oip-grpc", null.url), "m", requests, load, 4))
+    assert result.summary.completed == 80 and not result.errors
+
+
+def test_inprocess_onnx_target(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "relu.onnx"
+    onnx.save(model, str(path))
+    load = LoadSpec(levels=(2,), request_count=60, warmup_requests=2, measurement_interval_ms=200)
+    result = run_sweep(TargetSpec("inprocess", str(path)), "relu", load, InputSpec(batch_size=3)).levels[0]
+    assert result.summary.completed == 60 and not result.errors
+    assert result.client_limited is None  # no wire, no ceiling
