@@ -85,7 +85,7 @@ def build_mlps(repo: Path) -> None:
         "mlp_torchscript": ("model.pt", "pytorch_libtorch", "INPUT__0", "OUTPUT__0"),
         "mlp_openvino": ("model.xml", "openvino", "INPUT", "OUTPUT"),
     }
-    for name, (filename, platform, i, o) in specs.items():
+    for name, (_filename, platform, i, o) in specs.items():
         d = repo / name
         (d / "1").mkdir(parents=True)
         (d / "labels.txt").write_text(labels)

@@ -7,6 +7,7 @@ reload keeps the old versions serving. Unload drains in-flight requests first.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -140,10 +141,8 @@ class ModelRegistry:
         """Repository index: every model on disk or in memory, with version, state and reason."""
         rows: list[dict[str, str]] = []
         names = set(self._records)
-        try:
+        with contextlib.suppress(OSError):
             names.update(self.repository.model_names())
-        except OSError:
-            pass
         for name in sorted(names):
             record = self._records.get(name)
             if record is None:

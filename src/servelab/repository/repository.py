@@ -135,7 +135,7 @@ def check_complete(config: mc.ModelConfig) -> None:
             f"{where}: no outputs in config.pbtxt and none could be read from the model; add e.g. "
             '`output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [16] }]`'
         )
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for kind, tensors in (("input", config.input), ("output", config.output)):
         for t in tensors:
             if not t.name:
