@@ -46,7 +46,7 @@ class ServerSettings(BaseSettings):
     repository_poll_secs: float = Field(15.0, gt=0, description="Poll interval in poll mode.")
     exit_timeout_s: float = Field(30.0, ge=0, description="How long SIGTERM waits for in-flight requests.")
     strict_readiness: bool = Field(True, description="Ready only when every start-up model is READY.")
-    limits: LimitSettings = Field(default_factory=lambda: LimitSettings())
+    limits: LimitSettings = Field(default_factory=LimitSettings)
 
     @model_validator(mode="after")
     def _ports_distinct(self) -> ServerSettings:

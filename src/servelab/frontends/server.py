@@ -1,0 +1,190 @@
+"""The server assembly: repository -> registry -> DataPlane, served on every port from ONE event loop.
+
+- HTTP port: OIP REST (+ Triton extensions), TF Serving REST, TorchServe inference, ``/metrics``.
+- gRPC port: OIP gRPC (``servelab.frontends.grpc``, imported lazily; skipped with a log line if absent).
+- metrics port: ``/metrics`` only. management port: TorchServe's management API.
+
+Start-up models load in a worker thread, so liveness answers while readiness is still false. SIGTERM
+or SIGINT stops accepting, lets in-flight requests finish (up to ``exit_timeout_s``), closes the
+registry (which drains every model) and returns; a second SIGINT forces the exit. Port 0 picks a
+free port; the bound ports are in :attr:`Server.ports`, logged, and printed as one line
+``SERVELAB_PORTS {json}`` on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from servelab.config.settings import ControlMode, ServerSettings
+from servelab.core.dataplane import DataPlane
+from servelab.core.registry import ModelRegistry
+from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
+from servelab.repository import ModelRepository
+
+__all__ = ["Server"]
+
+log = logging.getLogger("servelab.server")
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the Server owns SIGTERM/SIGINT for every port."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+class Server:
+    """Every front-end of one servelab process. ``await Server(settings).serve()`` runs until signalled."""
+
+    def __init__(self, settings: ServerSettings, metrics_registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        #: S1 registers its collectors here; served on /metrics of the HTTP and metrics ports
+        self.metrics_registry = metrics_registry if metrics_registry is not None else CollectorRegistry()
+        self.registry = ModelRegistry(
+            ModelRepository(list(settings.model_repository)),
+            settings.model_control_mode,
+            max_tensor_elements=settings.limits.max_tensor_elements,
+            drain_timeout_s=settings.exit_timeout_s,
+        )
+        self.dataplane = DataPlane(
+            self.registry,
+            request_timeout_s=settings.limits.request_timeout_s,
+            strict_readiness=settings.strict_readiness,
+        )
+        self.torchserve_defaults: dict[str, str] = {}
+        self.ports: dict[str, int] = {}
+        self._uvicorns: list[_Uvicorn] = []
+        self._grpc: Any = None
+        self._stop: asyncio.Event | None = None
+        self._signals = 0
+
+    # ----- control -----
+    def request_stop(self) -> None:
+        """Begin a graceful stop (what SIGTERM/SIGINT do); a second call forces it."""
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second stop signal: closing connections without waiting")
+            for u in self._uvicorns:
+                u.force_exit = True
+        if self._stop is not None:
+            self._stop.set()
+
+    async def serve(self) -> None:
+        self._stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        tasks = self._start_http()
+        await self._start_grpc()
+        self._announce()
+        loader = asyncio.create_task(self._load_startup_models())
+        await self._stop.wait()
+        log.info("stopping: no new connections; waiting up to %.0f s for in-flight requests",
+                 self.settings.exit_timeout_s)
+        await self._shutdown(tasks, loader)
+
+    # ----- start -----
+    def _uvicorn(self, app: Any) -> _Uvicorn:
+        config = uvicorn.Config(
+            app,
+            loop="uvloop",
+            http="httptools",
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_s)),
+            timeout_keep_alive=30,
+        )
+        server = _Uvicorn(config)
+        self._uvicorns.append(server)
+        return server
+
+    def _start_http(self) -> list[asyncio.Task[None]]:
+        s = self.settings
+        apps = {
+            "http": create_app(self.dataplane, s, self.metrics_registry, self.torchserve_defaults),
+            "metrics": create_metrics_app(self.metrics_registry),
+            "management": create_management_app(self.dataplane, s, self.torchserve_defaults),
+        }
+        wanted = {"http": s.http_port, "metrics": s.metrics_port, "management": s.management_port}
+        tasks: list[asyncio.Task[None]] = []
+        for name, app in apps.items():
+            sock = _bind(s.host, wanted[name])
+            self.ports[name] = sock.getsockname()[1]
+            tasks.append(asyncio.create_task(self._uvicorn(app).serve(sockets=[sock]), name=f"uvicorn-{name}"))
+        return tasks
+
+    async def _start_grpc(self) -> None:
+        try:
+            module = importlib.import_module("servelab.frontends.grpc")
+        except ImportError as exc:
+            log.warning("gRPC front-end not available (%s): serving REST only", exc)
+            return
+        self._grpc = await module.start_grpc_server(
+            self.dataplane, self.settings.host, self.settings.grpc_port,
+            max_message_bytes=self.settings.limits.max_body_bytes,
+        )
+        self.ports["grpc"] = int(getattr(self._grpc, "servelab_bound_port", self.settings.grpc_port))
+
+    def _announce(self) -> None:
+        log.info("servelab listening on %s: %s", self.settings.host,
+                 ", ".join(f"{k} {v}" for k, v in self.ports.items()))
+        print("SERVELAB_PORTS " + json.dumps(self.ports), flush=True, file=sys.stdout)
+
+    async def _load_startup_models(self) -> None:
+        s = self.settings
+        if s.model_control_mode is ControlMode.POLL:
+            # registry.startup() starts polling at its default interval; starting it first makes it use
+            # the configured one (start_polling is a no-op once a poller runs).
+            self.registry.start_polling(s.repository_poll_secs)
+        try:
+            await asyncio.to_thread(self.dataplane.startup, list(s.load_models))
+        except Exception:
+            log.exception("loading the start-up models failed")
+            return
+        log.info("start-up models loaded; ready=%s", self.dataplane.ready())
+
+    # ----- stop -----
+    async def _shutdown(self, tasks: list[asyncio.Task[None]], loader: asyncio.Task[None]) -> None:
+        for u in self._uvicorns:
+            u.should_exit = True
+        grace = self.settings.exit_timeout_s
+        stops: list[Any] = list(tasks)
+        if self._grpc is not None:
+            stops.append(self._grpc.stop(grace))
+        results = await asyncio.gather(*stops, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("a front-end failed while stopping: %r", result)
+        if not loader.done():
+            log.info("waiting for start-up model loading to finish before closing the registry")
+            await asyncio.gather(loader, return_exceptions=True)
+        await asyncio.to_thread(self.dataplane.close)
+        log.info("servelab stopped")
