@@ -50,7 +50,8 @@ def sample(datatype: str, shape: tuple[int, ...] = (2, 3)) -> np.ndarray:
     if datatype == "BOOL":
         return (np.arange(n) % 2 == 0).reshape(shape)
     if datatype == "BYTES":
-        values = [b"", b"hello", "h\u00e9llo".encode(), b"\x00\xff\xfe", b"x" * 40, b"last"]
+        # ONNX Runtime string tensors carry UTF-8 text only, so the echo model gets valid UTF-8
+        values = [b"", b"hello", "h\u00e9llo \u2603".encode(), b"a\x00b", b"x" * 40, b"last"]
         return np.array((values * n)[:n], dtype=object).reshape(shape)
     if datatype == "BF16":
         return np.linspace(-3.5, 3.5, n).astype(ml_dtypes.bfloat16).reshape(shape)
@@ -58,7 +59,8 @@ def sample(datatype: str, shape: tuple[int, ...] = (2, 3)) -> np.ndarray:
     if dtype.kind == "f":
         return np.linspace(-1e3, 1e3, n).astype(dtype).reshape(shape)
     info = np.iinfo(dtype)
-    return np.linspace(info.min, info.max, n, dtype=np.float64).astype(dtype).reshape(shape)
+    edges = [info.min, info.max, 0, 1, info.max // 3, info.min // 3 or 7]
+    return np.array((edges * n)[:n], dtype=dtype).reshape(shape)
 
 
 def infer_input(name: str, array: np.ndarray, datatype: str) -> tc.InferInput:

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.message import Message
-
 from servelab.errors import InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
 from servelab.types import DataType
@@ -136,19 +134,19 @@ def _complete_field(field: Any, specs: list[TensorSpec], skip: int, kind: str) -
         _complete_tensor(tensor, by_name[tensor.name], skip, kind)
 
 
-def _complete_tensor(tensor: Message, spec: TensorSpec, skip: int, kind: str) -> None:
+def _complete_tensor(tensor: Any, spec: TensorSpec, skip: int, kind: str) -> None:
     model_dims = list(spec.shape[skip:])
     dtype_value = to_config_dtype(spec.dtype)
-    if tensor.data_type == mc.TYPE_INVALID:  # type: ignore[attr-defined]
-        tensor.data_type = dtype_value  # type: ignore[attr-defined]
-    elif tensor.data_type != dtype_value:  # type: ignore[attr-defined]
+    if tensor.data_type == mc.TYPE_INVALID:
+        tensor.data_type = dtype_value
+    elif tensor.data_type != dtype_value:
         raise InvalidArgument(
-            f"{kind} '{spec.name}': config data_type {mc.DataType.Name(tensor.data_type)} "  # type: ignore[attr-defined]
+            f"{kind} '{spec.name}': config data_type {mc.DataType.Name(tensor.data_type)} "
             f"but the model has {spec.dtype.triton_name}"
         )
-    dims = list(tensor.dims)  # type: ignore[attr-defined]
+    dims = list(tensor.dims)
     if not dims and model_dims:
-        tensor.dims.extend(model_dims)  # type: ignore[attr-defined]
+        tensor.dims.extend(model_dims)
         return
     if len(dims) != len(model_dims):
         raise InvalidArgument(

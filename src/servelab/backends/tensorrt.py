@@ -63,7 +63,8 @@ def _engine(trt: Any, path: Path) -> Any:
 
 
 def _io_specs(trt: Any, engine: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    inputs, outputs = [], []
+    inputs: list[TensorSpec] = []
+    outputs: list[TensorSpec] = []
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         type_name = engine.get_tensor_dtype(name).name

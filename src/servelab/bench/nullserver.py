@@ -1,4 +1,5 @@
-"""A null endpoint: answers every HTTP request (or gRPC ModelInfer) at once with a constant body.
+"""A null endpoint: answers every HTTP request (or gRPC ModelInfer) at once with a constant body
+(model metadata for ``GET /v2/models/...``, server metadata for ``GET /v2``).
 
 Its ``main()`` (``--protocol http|grpc``) binds 127.0.0.1 port 0 and
 prints ``PORT <n>``. ``NullServer`` starts it in its own process, polls its readiness and stops it by
@@ -19,12 +20,31 @@ import urllib.request
 __all__ = ["NULL_INFER_BODY", "NullServer"]
 
 NULL_INFER_BODY = b'{"model_name":"null","model_version":"1","outputs":[]}'
-_RESPONSE = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-    + str(len(NULL_INFER_BODY)).encode()
-    + b"\r\n\r\n"
-    + NULL_INFER_BODY
+_MODEL_METADATA = (
+    b'{"name":"null","versions":["1"],"platform":"null","inputs":[{"name":"INPUT0","datatype":"FP32",'
+    b'"shape":[-1,4]}],"outputs":[]}'
 )
+_SERVER_METADATA = b'{"name":"null","version":"0","extensions":[]}'
+
+
+def _response(body: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
+    return head + b"\r\n\r\n" + body
+
+
+_RESPONSE = _response(NULL_INFER_BODY)
+_GET_RESPONSES = {b"/v2": _response(_SERVER_METADATA)}
+_GET_MODEL_RESPONSE = _response(_MODEL_METADATA)
+
+
+def _reply_for(request_line: bytes) -> bytes:
+    """Infer body for every POST; metadata for ``GET /v2`` and ``GET /v2/models/...``."""
+    if not request_line.startswith(b"GET "):
+        return _RESPONSE
+    path = request_line.split(b" ", 2)[1]
+    if path.startswith(b"/v2/models/") and not path.endswith((b"/ready", b"/stats")):
+        return _GET_MODEL_RESPONSE
+    return _GET_RESPONSES.get(path, _RESPONSE)
 
 
 class _NullHttp(asyncio.Protocol):
@@ -39,22 +59,23 @@ class _NullHttp(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
-        replies = 0
+        replies: list[bytes] = []
         while True:
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
                 break
             length = 0
-            for line in bytes(self._buf[:end]).split(b"\r\n")[1:]:
+            lines = bytes(self._buf[:end]).split(b"\r\n")
+            for line in lines[1:]:
                 key, _, value = line.partition(b":")
                 if key.strip().lower() == b"content-length":
                     length = int(value.strip() or 0)
             if len(self._buf) < end + 4 + length:
                 break
             del self._buf[: end + 4 + length]
-            replies += 1
+            replies.append(_reply_for(lines[0]))
         if replies and self._transport is not None:
-            self._transport.write(_RESPONSE * replies)
+            self._transport.write(b"".join(replies))
 
 
 async def _serve_http() -> None:

@@ -1,45 +1,168 @@
 """Model instances and the scheduler that runs requests on them.
 
-:class:`Scheduler` is what the registry attaches to each loaded model version. :class:`DirectScheduler`
-runs each request as it comes: in the caller's thread for the in-process API, in a worker thread for
-servers (the event loop never blocks on inference). The dynamic batcher implements the same interface.
+:class:`Scheduler` is what the registry attaches to each loaded model version. It owns the parts every
+scheduler shares: the response cache (looked up before a request is scheduled, filled after), the
+latency and batch-size histograms the metrics read, and the in-flight count unloading drains.
+:class:`DirectScheduler` runs each request as it comes: in the caller's thread for the in-process API,
+in a worker thread for servers. :class:`~servelab.core.batching.DynamicBatcher` queues and merges.
+
+Instance groups: the registry loads ``sum(instance_group.count)`` instances (1 when the config has
+no instance_group) with ``cores // count`` runtime threads each. One instance with every core is the
+default on purpose: on the 2-core hosts measured (benchmarks/batching.py, ``instances`` section) one
+ORT session with 2 intra-op threads served batches as fast as two 1-thread sessions, and a batcher
+with one instance builds bigger batches. Runtimes that hold the GIL (``Backend.releases_gil`` False,
+e.g. the Python backend) get one worker *process* per instance (:class:`ProcessInstance`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import multiprocessing as mp
+import pickle
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
-from servelab.backends.base import Backend, Inputs, Outputs
+from servelab.backends.base import Backend, BackendContext, Inputs, Outputs, concat_rows, param, split_rows
+from servelab.core.cache import ResponseCache, cache_key
 from servelab.core.stats import ModelStats
-from servelab.errors import ServelabError
+from servelab.errors import InternalError, ServelabError
+from servelab.metrics.histograms import ModelHistograms
+from servelab.protocol import model_config_pb2 as mc
 
-__all__ = ["DirectScheduler", "Scheduler"]
+__all__ = ["DirectScheduler", "ProcessInstance", "Scheduler", "execute_timed", "make_scheduler", "scheduler_factory"]
+
+log = logging.getLogger("servelab.instances")
+
+
+def execute_timed(backend: Backend, requests: list[Inputs]) -> tuple[list[Outputs | ServelabError], int, int, int]:
+    """Run ``requests`` as one execution; returns (results, input_ns, infer_ns, output_ns).
+
+    For backends using the stock :meth:`Backend.execute` the batch is built by one concatenate per
+    input (timed as compute input), run once (infer) and split back by rows (output); a failing batch
+    is retried request by request so that a bad request fails alone. Other backends are timed whole.
+    """
+    t0 = time.perf_counter_ns()
+    stock = type(backend).execute is Backend.execute
+    if not (stock and len(requests) > 1 and backend.config.max_batch_size > 0):
+        try:
+            results = backend.execute(requests)
+        except Exception as exc:  # a backend must never take the worker down
+            err = InternalError(f"model '{backend.ctx.model_name}' failed: {exc}")
+            results = [err] * len(requests)
+        return results, 0, time.perf_counter_ns() - t0, 0
+    batch, rows = concat_rows(requests)
+    t1 = time.perf_counter_ns()
+    try:
+        outputs = backend.infer(batch)
+    except Exception:
+        results = [backend._guarded(r) for r in requests]
+        return results, t1 - t0, time.perf_counter_ns() - t1, 0
+    t2 = time.perf_counter_ns()
+    parts: list[Outputs | ServelabError] = list(split_rows(outputs, rows))
+    return parts, t1 - t0, t2 - t1, time.perf_counter_ns() - t2
+
+
+def request_rows(inputs: Inputs, batched: bool) -> int:
+    if not batched or not inputs:
+        return 1
+    return len(next(iter(inputs.values())))
 
 
 class Scheduler(ABC):
     """Runs validated inputs on a model version's instances and records execution statistics."""
 
-    def __init__(self, backends: list[Backend], stats: ModelStats) -> None:
+    def __init__(self, backends: list[Backend], stats: ModelStats, *, cache: ResponseCache | None = None) -> None:
         if not backends:
             raise ValueError("a scheduler needs at least one backend instance")
         self.backends = backends
         self.stats = stats
-        self.batched = backends[0].config.max_batch_size > 0
+        self.cache = cache
+        self.histograms = ModelHistograms()
+        config = backends[0].config
+        self.batched = config.max_batch_size > 0
         self._in_flight = 0
         self._idle = threading.Condition()
 
-    @abstractmethod
+    # ----- the public entry points: cache, histogram, then the subclass -----
     def run(self, inputs: Inputs) -> Outputs:
         """Run one request synchronously in the calling thread."""
+        t0 = time.perf_counter_ns()
+        key, hit, lookup_ns = self._lookup(inputs)
+        if hit is not None:
+            self.histograms.request.observe((time.perf_counter_ns() - t0) / 1e9)
+            return hit
+        try:
+            outputs = self._run(inputs)
+        except BaseException:
+            self._store(key, lookup_ns, None)
+            raise
+        self._store(key, lookup_ns, outputs)
+        self.histograms.request.observe((time.perf_counter_ns() - t0) / 1e9)
+        return outputs
 
-    @abstractmethod
     async def run_async(self, inputs: Inputs, parameters: dict[str, Any] | None = None) -> Outputs:
         """Run one request without blocking the event loop."""
+        t0 = time.perf_counter_ns()
+        key, hit, lookup_ns = self._lookup(inputs)
+        if hit is not None:
+            self.histograms.request.observe((time.perf_counter_ns() - t0) / 1e9)
+            return hit
+        try:
+            outputs = await self._run_async(inputs, parameters or {})
+        except BaseException:
+            self._store(key, lookup_ns, None)
+            raise
+        self._store(key, lookup_ns, outputs)
+        self.histograms.request.observe((time.perf_counter_ns() - t0) / 1e9)
+        return outputs
+
+    @abstractmethod
+    def _run(self, inputs: Inputs) -> Outputs:
+        """Run one request (cache already missed) in the calling thread."""
+
+    @abstractmethod
+    async def _run_async(self, inputs: Inputs, parameters: dict[str, Any]) -> Outputs:
+        """Run one request (cache already missed) without blocking the loop."""
+
+    # ----- response cache -----
+    def _lookup(self, inputs: Inputs) -> tuple[bytes | None, Outputs | None, int]:
+        """(key, cached outputs or None, lookup ns); a hit is counted here, a miss when stored."""
+        if self.cache is None:
+            return None, None, 0
+        t0 = time.perf_counter_ns()
+        key = cache_key(self.stats.name, self.stats.version, inputs)
+        hit = self.cache.get(key)
+        lookup_ns = time.perf_counter_ns() - t0
+        if hit is not None:
+            self.stats.record_cache(True, lookup_ns)
+        return key, hit, lookup_ns
+
+    def _store(self, key: bytes | None, lookup_ns: int, outputs: Outputs | None) -> None:
+        """Insert a computed response (None: it failed); the miss counts lookup + insertion time."""
+        if key is None or self.cache is None:
+            return
+        t0 = time.perf_counter_ns()
+        if outputs is not None:
+            self.cache.put(key, outputs)
+        self.stats.record_cache(False, lookup_ns + time.perf_counter_ns() - t0)
+
+    # ----- bookkeeping -----
+    def _observe_execution(self, rows: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        self.stats.record_execution(rows, requests, input_ns, infer_ns, output_ns)
+        self.histograms.compute.observe((input_ns + infer_ns + output_ns) / 1e9)
+        self.histograms.batch_size.observe(rows)
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting in a queue (0 for schedulers without one)."""
+        return 0
 
     @property
     def in_flight(self) -> int:
@@ -67,32 +190,209 @@ class Scheduler(ABC):
 class DirectScheduler(Scheduler):
     """No queue, no batching: each request runs alone on the next instance (round robin)."""
 
-    def __init__(self, backends: list[Backend], stats: ModelStats, threads: int | None = None) -> None:
-        super().__init__(backends, stats)
+    def __init__(
+        self,
+        backends: list[Backend],
+        stats: ModelStats,
+        threads: int | None = None,
+        *,
+        cache: ResponseCache | None = None,
+    ) -> None:
+        super().__init__(backends, stats, cache=cache)
         self._next = 0
         self._pool = ThreadPoolExecutor(
             max_workers=threads or len(backends), thread_name_prefix=f"infer-{stats.name}"
         )
 
-    def run(self, inputs: Inputs) -> Outputs:
+    def _run(self, inputs: Inputs) -> Outputs:
         backend = self.backends[self._next % len(self.backends)] if len(self.backends) > 1 else self.backends[0]
         self._next += 1
         self._enter()
-        t0 = time.perf_counter_ns()
         try:
-            result = backend.execute([inputs])[0]
+            results, input_ns, infer_ns, output_ns = execute_timed(backend, [inputs])
         finally:
             self._leave()
-        elapsed = time.perf_counter_ns() - t0
+        result = results[0]
         if isinstance(result, ServelabError):
             raise result
-        rows = len(next(iter(inputs.values()))) if self.batched and inputs else 1
-        self.stats.record_execution(rows, 1, 0, elapsed, 0)
+        self._observe_execution(request_rows(inputs, self.batched), 1, input_ns, infer_ns, output_ns)
         return result
 
-    async def run_async(self, inputs: Inputs, parameters: dict[str, Any] | None = None) -> Outputs:
+    async def _run_async(self, inputs: Inputs, parameters: dict[str, Any]) -> Outputs:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self.run, inputs)
+        return await loop.run_in_executor(self._pool, self._run, inputs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _wants_processes(instances: list[Backend], config: mc.ModelConfig) -> bool:
+    mode = (param(config, "instance_mode", "auto") or "auto").strip().lower()
+    if mode not in ("auto", "thread", "process"):
+        raise ValueError(f"parameter 'instance_mode' must be auto, thread or process; got {mode!r}")
+    if mode == "thread":
+        return False
+    return mode == "process" or not instances[0].releases_gil
+
+
+def make_scheduler(
+    instances: list[Backend],
+    stats: ModelStats,
+    config: mc.ModelConfig,
+    *,
+    cache: ResponseCache | None = None,
+) -> Scheduler:
+    """The scheduler a config asks for: DynamicBatcher with ``dynamic_batching``, else DirectScheduler.
+
+    GIL-holding backends (or ``parameters { key: "instance_mode" value { string_value: "process" } }``)
+    move each instance into a worker process; the list ``instances`` is updated in place with the
+    process proxies, so unloading the version stops the workers. ``response_cache { enable: true }``
+    uses ``cache`` (the server's shared one) or, without one, a cache of this version alone.
+    """
+    if _wants_processes(instances, config):
+        to_processes(instances)
+    if config.response_cache.enable and cache is None:
+        cache = ResponseCache()
+    use_cache = cache if config.response_cache.enable else None
+    if config.HasField("dynamic_batching"):
+        from servelab.core.batching import DynamicBatcher
+
+        return DynamicBatcher(instances, stats, config, cache=use_cache)
+    return DirectScheduler(instances, stats, cache=use_cache)
+
+
+def scheduler_factory(
+    cache: ResponseCache | None = None,
+) -> Callable[[list[Backend], ModelStats, mc.ModelConfig], Scheduler]:
+    """A registry ``scheduler_factory`` whose versions share one server-wide response cache."""
+    return partial(make_scheduler, cache=cache)
+
+
+# ----- instances in worker processes (runtimes that hold the GIL) -----
+_START_TIMEOUT_S = 120.0
+
+
+def _serve(cls: type[Backend], ctx: BackendContext, conn: Any) -> None:
+    """Child process: build the backend from its context, then answer execute calls until told to stop."""
+    try:
+        backend = cls(ctx)
+        backend.load()
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            break
+        if message is None:
+            break
+        try:
+            conn.send(backend.execute(message))
+        except Exception as exc:
+            conn.send([InternalError(f"model '{ctx.model_name}' failed in its worker process: {exc}")] * len(message))
+    backend.unload()
+
+
+class ProcessInstance(Backend):
+    """Proxy for one instance living in a spawned worker process; tensors travel pickled over a pipe."""
+
+    releases_gil = True  # the calling thread only waits on the pipe
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner.ctx)
+        self.inner_class = type(inner)
+        self.kind = inner.kind  # type: ignore[misc]
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(
+            target=_serve, args=(self.inner_class, inner.ctx, child), daemon=True,
+            name=f"instance-{inner.ctx.model_name}-{inner.ctx.version}",
+        )
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def start(self) -> None:
+        self._process.start()
+
+    def load(self) -> None:
+        """Wait until the child has loaded its copy of the model (start() first)."""
+        if self._process.pid is None:
+            self.start()
+        if not self._conn.poll(_START_TIMEOUT_S):
+            self.unload()
+            raise InternalError(f"model '{self.ctx.model_name}': worker process did not start in {_START_TIMEOUT_S:g} s")
+        status, detail = self._conn.recv()
+        if status != "ready":
+            self.unload()
+            raise InternalError(f"model '{self.ctx.model_name}' failed to load in its worker process: {detail}")
+
+    def infer(self, inputs: Inputs) -> Outputs:
+        result = self.execute([inputs])[0]
+        if isinstance(result, ServelabError):
+            raise result
+        return result
+
+    def execute(self, requests: list[Inputs]) -> list[Outputs | ServelabError]:
+        with self._lock:
+            try:
+                self._conn.send(requests)
+                results: list[Outputs | ServelabError] = self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError) as exc:
+                code = self._process.exitcode
+                err = InternalError(f"model '{self.ctx.model_name}': worker process died (exit code {code}): {exc}")
+                return [err] * len(requests)
+        return results
+
+    def unload(self) -> None:
+        with self._lock:
+            with contextlib.suppress(OSError):
+                self._conn.send(None)
+            self._process.join(timeout=10)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join(timeout=5)
+            self._conn.close()
+
+
+def _picklable(backend: Backend) -> bool:
+    if backend.ctx.infer is not None:  # ensembles call back into this process
+        return False
+    try:
+        pickle.dumps((type(backend), backend.ctx))
+    except Exception:
+        return False
+    return True
+
+
+def to_processes(instances: list[Backend]) -> None:
+    """Replace each instance, in place, by a worker process running its own copy (started in parallel).
+
+    Instances whose class or context cannot be pickled (ensembles) stay in threads. The in-process
+    copies are unloaded once every worker has loaded, so the model is not held twice.
+    """
+    if not all(_picklable(b) for b in instances):
+        log.warning("model %s: instances cannot move to worker processes (context not picklable); "
+                    "they run in threads", instances[0].ctx.model_name)
+        return
+    proxies = [ProcessInstance(b) for b in instances]
+    try:
+        for proxy in proxies:
+            proxy.start()
+        for proxy in proxies:
+            proxy.load()
+    except BaseException:
+        for proxy in proxies:
+            if proxy.pid is not None and proxy._process.is_alive():
+                proxy.unload()
+        raise
+    for backend in instances:
+        try:
+            backend.unload()
+        except Exception:
+            log.exception("unloading the in-process copy of %s failed", backend.ctx.model_name)
+    instances[:] = proxies

@@ -39,7 +39,9 @@ def _pyarrow() -> object:
     try:
         import pyarrow
     except ImportError as exc:  # pragma: no cover - pyarrow is in the graph extra
-        raise Unsupported("reading CSV/Parquet edge files needs pyarrow: pip install 'servelab[graph]'") from exc
+        raise Unsupported(
+            "reading CSV/Parquet edge files needs pyarrow: pip install 'servelab[graph]'"
+        ) from exc
     return pyarrow
 
 

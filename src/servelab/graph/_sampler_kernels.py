@@ -31,8 +31,15 @@ def _mix(z: np.uint64) -> np.uint64:
 
 @njit(cache=True, nogil=True)
 def _sample_row(
-    indptr: np.ndarray, indices: np.ndarray, node: int, k: int, seed: int, hop: int, row: int,
-    out: np.ndarray, off: int,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    node: int,
+    k: int,
+    seed: int,
+    hop: int,
+    row: int,
+    out: np.ndarray,
+    off: int,
 ) -> int:
     """Write up to k distinct neighbours of node into out[off:]; return how many (Floyd's algorithm)."""
     lo = indptr[node]
@@ -42,8 +49,8 @@ def _sample_row(
             out[off + t] = indices[lo + t]
         return d
     st = _mix(np.uint64(seed) ^ (np.uint64(hop + 1) * _HOP) ^ (np.uint64(row) * _GOLD))
-    m = 0
-    for j in range(d - k, d):
+    for m in range(k):  # Floyd: the m-th draw picks from 0..j, j = d - k + m
+        j = d - k + m
         st += _GOLD
         u = np.float64(_mix(st) >> _S11) * _INV53
         t = np.int64(u * (j + 1))
@@ -52,7 +59,6 @@ def _sample_row(
                 t = j
                 break
         out[off + m] = t
-        m += 1
     for q in range(k):
         out[off + q] = indices[lo + out[off + q]]
     return k
@@ -60,8 +66,15 @@ def _sample_row(
 
 @njit(cache=True, nogil=True)
 def _draw_serial(
-    indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n: int, k: int, seed: int, hop: int,
-    tmp: np.ndarray, cnt: np.ndarray,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    rows: np.ndarray,
+    n: int,
+    k: int,
+    seed: int,
+    hop: int,
+    tmp: np.ndarray,
+    cnt: np.ndarray,
 ) -> None:
     for r in range(n):
         cnt[r] = _sample_row(indptr, indices, rows[r], k, seed, hop, r, tmp, r * k)
@@ -69,8 +82,15 @@ def _draw_serial(
 
 @njit(cache=True, nogil=True, parallel=True)
 def _draw_parallel(
-    indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, n: int, k: int, seed: int, hop: int,
-    tmp: np.ndarray, cnt: np.ndarray,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    rows: np.ndarray,
+    n: int,
+    k: int,
+    seed: int,
+    hop: int,
+    tmp: np.ndarray,
+    cnt: np.ndarray,
 ) -> None:
     for r in prange(n):
         cnt[r] = _sample_row(indptr, indices, rows[r], k, seed, hop, r, tmp, r * k)
@@ -86,8 +106,16 @@ def _slot(keys: np.ndarray, gid: int, shift: np.uint64, mask: int) -> int:
 
 @njit(cache=True, nogil=True)
 def _assign(
-    tmp: np.ndarray, cnt: np.ndarray, n_rows: int, k: int, keys: np.ndarray, vals: np.ndarray,
-    shift: np.uint64, nodes: np.ndarray, n: int, nbr: np.ndarray,
+    tmp: np.ndarray,
+    cnt: np.ndarray,
+    n_rows: int,
+    k: int,
+    keys: np.ndarray,
+    vals: np.ndarray,
+    shift: np.uint64,
+    nodes: np.ndarray,
+    n: int,
+    nbr: np.ndarray,
 ) -> int:
     """Map sampled global ids to local rows, appending new nodes; pad later. Returns the new node count."""
     mask = keys.size - 1
@@ -113,7 +141,13 @@ def _pad(nbr: np.ndarray, cnt: np.ndarray, value: int) -> None:
 
 @njit(cache=True, nogil=True)
 def _sample(
-    indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, f0: int, f1: int, seed: int, parallel: bool,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    seeds: np.ndarray,
+    f0: int,
+    f1: int,
+    seed: int,
+    parallel: bool,
 ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int]:
     b = seeds.size
     num_nodes = indptr.size - 1

@@ -117,7 +117,9 @@ def build_csr(
     if rep.self_loops_removed:
         s, d = s[~loops], d[~loops]
     if s.size == 0:
-        raise InvalidArgument("the edge list has only self-loops: a graph store needs at least one other edge")
+        raise InvalidArgument(
+            "the edge list has only self-loops: a graph store needs at least one other edge"
+        )
     tick("sorting and removing duplicate edges")
     us, ud = _sorted_unique_keys(s, d, n)
     rep.duplicate_edges_removed = int(s.size - us.size)

@@ -51,7 +51,9 @@ def _graph_arrays(graph: GraphStore | tuple[np.ndarray, np.ndarray]) -> tuple[np
     if indptr.ndim != 1 or indptr.size < 2 or indptr.dtype != np.int64:
         raise InvalidArgument(f"indptr must be int64 [num_nodes + 1], got {indptr.dtype} {indptr.shape}")
     if indices.ndim != 1 or indices.dtype not in (np.int32, np.int64):
-        raise InvalidArgument(f"indices must be int32 or int64 [num_edges], got {indices.dtype} {indices.shape}")
+        raise InvalidArgument(
+            f"indices must be int32 or int64 [num_edges], got {indices.dtype} {indices.shape}"
+        )
     if int(indptr[-1]) != indices.size:
         raise InvalidArgument(f"indptr[-1]={int(indptr[-1])} does not match {indices.size} indices")
     return np.ascontiguousarray(indptr), np.ascontiguousarray(indices)
@@ -133,7 +135,9 @@ class NumbaSampler:
             out = self._kernel(self.indptr, self.indices, s, f0, f1, rng, False)
         nodes, n1, nbr1, nbr2, bad = out
         if n1 < 0:
-            raise InvalidArgument(f"seed node id {int(s[bad])} (position {bad}) is outside [0, {self.num_nodes})")
+            raise InvalidArgument(
+                f"seed node id {int(s[bad])} (position {bad}) is outside [0, {self.num_nodes})"
+            )
         return SampledBlocks(nodes, int(s.size), n1, nbr1, nbr2)
 
     def warmup(self) -> None:
@@ -148,7 +152,10 @@ class PythonSampler:
     """Pure-Python reference sampler (random.sample on lists) with the same output contract."""
 
     def __init__(
-        self, graph: GraphStore | tuple[np.ndarray, np.ndarray], fanouts: Sequence[int] = (10, 10), seed: int = 0
+        self,
+        graph: GraphStore | tuple[np.ndarray, np.ndarray],
+        fanouts: Sequence[int] = (10, 10),
+        seed: int = 0,
     ) -> None:
         self.indptr, self.indices = _graph_arrays(graph)
         self.num_nodes = self.indptr.size - 1
@@ -160,7 +167,9 @@ class PythonSampler:
         nbrs = self.indices[lo:hi].tolist()
         return nbrs if len(nbrs) <= k else rng.sample(nbrs, k)
 
-    def _hop(self, rows: list[int], k: int, rng: random.Random, nodes: list[int], pos: dict[int, int]) -> list[list[int]]:
+    def _hop(
+        self, rows: list[int], k: int, rng: random.Random, nodes: list[int], pos: dict[int, int]
+    ) -> list[list[int]]:
         out = []
         for g in rows:
             local = []
@@ -177,7 +186,9 @@ class PythonSampler:
         s = _seeds_array(seeds).tolist()
         bad = [i for i, v in enumerate(s) if not 0 <= v < self.num_nodes]
         if bad:
-            raise InvalidArgument(f"seed node id {s[bad[0]]} (position {bad[0]}) is outside [0, {self.num_nodes})")
+            raise InvalidArgument(
+                f"seed node id {s[bad[0]]} (position {bad[0]}) is outside [0, {self.num_nodes})"
+            )
         rng = self._rng if seed is None else random.Random(seed)
         f0, f1 = self.fanouts
         nodes = list(s)

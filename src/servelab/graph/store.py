@@ -52,7 +52,9 @@ class GraphStore:
         root = Path(path)
         mpath = root / "manifest.json"
         if not mpath.is_file():
-            raise NotFound(f"no graph store at {root}: {mpath.name} is missing (build one with `servelab graph build`)")
+            raise NotFound(
+                f"no graph store at {root}: {mpath.name} is missing (build one with `servelab graph build`)"
+            )
         man = json.loads(mpath.read_text())
         if man.get("format") != FORMAT or man.get("version") != VERSION:
             raise InvalidArgument(
@@ -142,7 +144,12 @@ def _progress(enabled: bool) -> Iterator[tuple[Step, Step]]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
+    cols = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+    )
     with Progress(*cols, console=Console(stderr=True), transient=False) as bar:
         task = bar.add_task("graph store", total=None)
 
@@ -177,7 +184,9 @@ def build_store(
     already in place (it is then validated, not copied).
     """
     if feature_dtype not in _FEATURE_DTYPES:
-        raise InvalidArgument(f"feature_dtype must be one of {sorted(_FEATURE_DTYPES)}, got {feature_dtype!r}")
+        raise InvalidArgument(
+            f"feature_dtype must be one of {sorted(_FEATURE_DTYPES)}, got {feature_dtype!r}"
+        )
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     with _progress(progress) as (step, rows):
@@ -215,13 +224,21 @@ def _write_features(root: Path, feats: np.ndarray | None, n: int, dtype: type, r
     if feats is None:
         return None
     if np.ndim(feats) != 2 or np.shape(feats)[0] != n:
-        raise InvalidArgument(f"features must have shape [num_nodes={n}, num_features], got {np.shape(feats)}")
+        raise InvalidArgument(
+            f"features must have shape [num_nodes={n}, num_features], got {np.shape(feats)}"
+        )
     if not np.issubdtype(np.asarray(feats[:0]).dtype, np.number):
         raise InvalidArgument(f"features must be numeric, got dtype {feats.dtype}")
     dest = root / "features.npy"
-    in_place = isinstance(feats, np.memmap) and feats.filename is not None and Path(feats.filename).resolve() == dest.resolve()
+    in_place = (
+        isinstance(feats, np.memmap)
+        and feats.filename is not None
+        and Path(feats.filename).resolve() == dest.resolve()
+    )
     if in_place and feats.dtype != dtype:
-        raise InvalidArgument(f"features already at {dest} are {feats.dtype}, but feature_dtype asks for {np.dtype(dtype)}")
+        raise InvalidArgument(
+            f"features already at {dest} are {feats.dtype}, but feature_dtype asks for {np.dtype(dtype)}"
+        )
     out = feats if in_place else np.lib.format.open_memmap(dest, mode="w+", dtype=dtype, shape=feats.shape)
     for lo in range(0, n, _CHUNK_ROWS):
         hi = min(n, lo + _CHUNK_ROWS)
@@ -237,12 +254,16 @@ def _write_features(root: Path, feats: np.ndarray | None, n: int, dtype: type, r
     return dest.name
 
 
-def _write_labels(root: Path, labels: np.ndarray | None, n: int, num_classes: int | None) -> tuple[str | None, int]:
+def _write_labels(
+    root: Path, labels: np.ndarray | None, n: int, num_classes: int | None
+) -> tuple[str | None, int]:
     if labels is None:
         return None, int(num_classes or 0)
     lab = np.asarray(labels)
     if lab.shape != (n,) or not np.issubdtype(lab.dtype, np.integer):
-        raise InvalidArgument(f"labels must be integers of shape [num_nodes={n}], got {lab.dtype} {lab.shape}")
+        raise InvalidArgument(
+            f"labels must be integers of shape [num_nodes={n}], got {lab.dtype} {lab.shape}"
+        )
     lab = lab.astype(np.int64)
     if lab.min() < -1:
         raise InvalidArgument(f"labels must be >= 0 (or -1 for unlabelled), found {int(lab.min())}")

@@ -25,7 +25,9 @@ _CHUNK = 1 << 20
 _OVERDRAW = 1.03
 
 
-def _check(nodes: int, avg_degree: float, features: int, classes: int, homophily: float, exponent: float) -> None:
+def _check(
+    nodes: int, avg_degree: float, features: int, classes: int, homophily: float, exponent: float
+) -> None:
     if nodes < 2:
         raise InvalidArgument(f"nodes must be >= 2, got {nodes}")
     if not 0 < avg_degree < nodes - 1:
@@ -47,8 +49,13 @@ def _weights(rng: np.random.Generator, n: int, avg_degree: float, exponent: floa
 
 
 def _draw(
-    rng: np.random.Generator, cum: np.ndarray, start_w: np.ndarray, comm_w: np.ndarray, m: int,
-    homophily: float, pos_comm: np.ndarray,
+    rng: np.random.Generator,
+    cum: np.ndarray,
+    start_w: np.ndarray,
+    comm_w: np.ndarray,
+    m: int,
+    homophily: float,
+    pos_comm: np.ndarray,
 ) -> np.ndarray:
     """Draw m position pairs as undirected keys lo * n + hi (self-loops dropped)."""
     n = cum.size
@@ -76,7 +83,12 @@ def _sorted_unique(a: np.ndarray) -> np.ndarray:
 
 
 def _edges(
-    rng: np.random.Generator, w: np.ndarray, bounds: np.ndarray, m: int, homophily: float, pos_comm: np.ndarray
+    rng: np.random.Generator,
+    w: np.ndarray,
+    bounds: np.ndarray,
+    m: int,
+    homophily: float,
+    pos_comm: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exactly m distinct undirected position pairs (fewer only if the graph saturates)."""
     cum = np.cumsum(w)
@@ -88,7 +100,9 @@ def _edges(
     for _ in range(8):  # Chung-Lu repeats some hub-hub pairs: top up until m distinct pairs
         draw = int(want / keep_rate * _OVERDRAW) + 16
         before = keys.size
-        keys = _sorted_unique(np.concatenate([keys, _draw(rng, cum, start_w, comm_w, draw, homophily, pos_comm)]))
+        keys = _sorted_unique(
+            np.concatenate([keys, _draw(rng, cum, start_w, comm_w, draw, homophily, pos_comm)])
+        )
         keep_rate = max((keys.size - before) / draw, 0.05)
         want = m - keys.size
         if want <= 0:
@@ -100,10 +114,18 @@ def _edges(
 
 
 def _write_features(
-    out: Path, rng: np.random.Generator, labels: np.ndarray, features: int, classes: int, signal: float, dtype: str
+    out: Path,
+    rng: np.random.Generator,
+    labels: np.ndarray,
+    features: int,
+    classes: int,
+    signal: float,
+    dtype: str,
 ) -> np.memmap:
     centroids = (rng.standard_normal((classes, features)) * signal).astype(np.float32)
-    mm = np.lib.format.open_memmap(out / "features.npy", mode="w+", dtype=np.dtype(dtype), shape=(labels.size, features))
+    mm = np.lib.format.open_memmap(
+        out / "features.npy", mode="w+", dtype=np.dtype(dtype), shape=(labels.size, features)
+    )
     for lo in range(0, labels.size, _CHUNK // 4):
         hi = min(labels.size, lo + _CHUNK // 4)
         block = rng.standard_normal((hi - lo, features), dtype=np.float32)
@@ -135,7 +157,9 @@ def synth_graph(
     """
     _check(nodes, avg_degree, features, classes, homophily, exponent)
     if len(split) != 3 or min(split) < 0 or sum(split) > 1.0 + 1e-9:
-        raise InvalidArgument(f"split must be 3 non-negative fractions (train, val, test) summing to <= 1, got {split}")
+        raise InvalidArgument(
+            f"split must be 3 non-negative fractions (train, val, test) summing to <= 1, got {split}"
+        )
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     out = Path(out_dir)
@@ -153,15 +177,35 @@ def synth_graph(
     del su, sv
     feats = _write_features(out, rng, labels, features, classes, signal, feature_dtype)
     order = rng.permutation(nodes)
-    cut = np.cumsum([int(round(f * nodes)) for f in split])
-    splits = {"train": np.sort(order[: cut[0]]), "val": np.sort(order[cut[0] : cut[1]]), "test": np.sort(order[cut[1] : cut[2]])}
-    store, rep = build_store(
-        out, src, dst, nodes, feats, labels, splits,
-        feature_dtype=feature_dtype, symmetric=True, num_classes=classes, progress=progress,
+    cut = np.cumsum([round(f * nodes) for f in split])
+    splits = {
+        "train": np.sort(order[: cut[0]]),
+        "val": np.sort(order[cut[0] : cut[1]]),
+        "test": np.sort(order[cut[1] : cut[2]]),
+    }
+    store, _ = build_store(
+        out,
+        src,
+        dst,
+        nodes,
+        feats,
+        labels,
+        splits,
+        feature_dtype=feature_dtype,
+        symmetric=True,
+        num_classes=classes,
+        progress=progress,
     )
     store.manifest["synth"] = {
-        "nodes": nodes, "avg_degree": avg_degree, "features": features, "classes": classes, "seed": seed,
-        "homophily": homophily, "exponent": exponent, "signal": signal, "seconds": time.perf_counter() - t0,
+        "nodes": nodes,
+        "avg_degree": avg_degree,
+        "features": features,
+        "classes": classes,
+        "seed": seed,
+        "homophily": homophily,
+        "exponent": exponent,
+        "signal": signal,
+        "seconds": time.perf_counter() - t0,
     }
     _save_manifest(store)
     return store

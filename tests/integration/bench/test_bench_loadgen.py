@@ -18,8 +18,8 @@ from servelab.bench import InputSpec, LoadSpec, TargetSpec, measure_level, run_s
 from servelab.bench.nullserver import NullServer
 
 FAKE = Path(__file__).with_name("bench_fake_oip_server.py")
-FAST_S, SLOW_S = 0.005, 0.020  # 90% / 10% of requests
-SLACK_S = {"concurrency": 0.004, "request_rate": 0.006}  # loop wake-ups (ms timers) + HTTP, shared 2 cores
+FAST_S, SLOW_S = 0.020, 0.080  # 90% / 10% of requests
+SLACK_S = 0.010  # loop wake-ups (ms timers), HTTP and other processes on a shared 2-core machine
 PRECISION = 0.01
 
 
@@ -79,7 +79,7 @@ def test_open_loop_sends_exactly_the_requests_asked_at_the_rate(mixture: FakeSer
     result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
     assert mixture.count() - before == 150
     assert result.summary.completed == 150
-    assert result.throughput_rps == pytest.approx(200, rel=0.1)
+    assert result.throughput_rps == pytest.approx(200, rel=0.15)
 
 
 def test_multi_process_workers_split_the_request_count(mixture: FakeServer) -> None:
@@ -92,19 +92,19 @@ def test_multi_process_workers_split_the_request_count(mixture: FakeServer) -> N
 
 @pytest.mark.parametrize("mode", ["concurrency", "request_rate"])
 def test_percentiles_match_the_injected_distribution(mixture: FakeServer, mode: str) -> None:
-    level = 4 if mode == "concurrency" else 200
+    level = 8 if mode == "concurrency" else 300
     load = LoadSpec(mode=mode, levels=(level,), arrivals="poisson", measurement_interval_ms=400, max_windows=4, stability_percentage=100)  # type: ignore[arg-type]
     result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
     lat = result.summary.percentiles_ms()
-    assert FAST_S * (1 - PRECISION) * 1e3 <= lat["p50"] <= (FAST_S + SLACK_S[mode]) * 1e3, lat
-    assert SLOW_S * (1 - PRECISION) * 1e3 <= lat["p99"] <= (SLOW_S + SLACK_S[mode]) * 1e3, lat
-    # the statistics extension reports the injected sleeps as queue time: mean 0.9*5 + 0.1*20 = 6.5 ms
+    assert FAST_S * (1 - PRECISION) * 1e3 <= lat["p50"] <= (FAST_S + SLACK_S) * 1e3, lat
+    assert SLOW_S * (1 - PRECISION) * 1e3 <= lat["p99"] <= (SLOW_S + SLACK_S) * 1e3, lat
+    # the statistics extension reports the injected sleeps as queue time: mean 0.9*20 + 0.1*80 = 26 ms
     assert result.server is not None
-    assert result.server["queue_us"] == pytest.approx(6500, rel=0.15)
+    assert result.server["queue_us"] == pytest.approx(26_000, rel=0.15)
 
 
 def test_stability_rule_stops_when_windows_agree(mixture: FakeServer) -> None:
-    load = LoadSpec(levels=(8,), measurement_interval_ms=300, max_windows=8, stability_percentage=25)
+    load = LoadSpec(levels=(16,), measurement_interval_ms=300, max_windows=8, stability_percentage=25)
     result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
     assert result.stable
     assert 3 <= len(result.windows) < 8

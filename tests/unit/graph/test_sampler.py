@@ -79,7 +79,9 @@ def _check_blocks(g: Graph, seeds: np.ndarray, fanouts: tuple[int, int], b: Samp
 
 
 graphs = st.integers(1, 25).flatmap(
-    lambda n: st.tuples(st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=80))
+    lambda n: st.tuples(
+        st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=80)
+    )
 )
 
 
@@ -90,7 +92,9 @@ graphs = st.integers(1, 25).flatmap(
     fanouts=st.tuples(st.integers(1, 6), st.integers(1, 6)),
     rng_seed=st.integers(0, 2**40),
 )
-def test_block_invariants(graph: tuple[int, list], seed_pos: list[int], fanouts: tuple[int, int], rng_seed: int) -> None:
+def test_block_invariants(
+    graph: tuple[int, list], seed_pos: list[int], fanouts: tuple[int, int], rng_seed: int
+) -> None:
     n, edges = graph
     g = _csr(n, edges)
     seeds = np.array([p % n for p in seed_pos], dtype=np.int64)
@@ -100,7 +104,9 @@ def test_block_invariants(graph: tuple[int, list], seed_pos: list[int], fanouts:
 
 @settings(max_examples=30, deadline=None)
 @given(graph=graphs, rng_seed=st.integers(0, 2**40), bsz=st.integers(1, 70))
-def test_numba_reproducible_and_serial_equals_parallel(graph: tuple[int, list], rng_seed: int, bsz: int) -> None:
+def test_numba_reproducible_and_serial_equals_parallel(
+    graph: tuple[int, list], rng_seed: int, bsz: int
+) -> None:
     n, edges = graph
     g = _csr(n, edges)
     seeds = np.arange(bsz, dtype=np.int64) % n
@@ -175,7 +181,9 @@ def test_every_subset_equally_likely(cls: type) -> None:
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> GraphStore:
-    return synth_graph(tmp_path_factory.mktemp("g"), nodes=5_000, avg_degree=15, features=16, classes=4, seed=1)
+    return synth_graph(
+        tmp_path_factory.mktemp("g"), nodes=5_000, avg_degree=15, features=16, classes=4, seed=1
+    )
 
 
 def test_numba_agrees_with_python_reference(synth: GraphStore) -> None:
@@ -216,7 +224,9 @@ def test_gather_features(tmp_path: Path, synth: GraphStore) -> None:
     buf = np.full((1000, synth.num_features), np.nan, dtype=np.float32)
     y = gather_features(synth, b.nodes, out=buf)
     assert y.base is buf and np.array_equal(y, x)
-    half, _ = build_store(tmp_path, [0, 1], [1, 2], features=np.eye(3), feature_dtype="float16", progress=False)
+    half, _ = build_store(
+        tmp_path, [0, 1], [1, 2], features=np.eye(3), feature_dtype="float16", progress=False
+    )
     z = gather_features(half, np.array([2, 0]))
     assert z.dtype == np.float32 and z.tolist() == [[0, 0, 1], [1, 0, 0]]
     with pytest.raises(InvalidArgument, match="float32"):
@@ -241,7 +251,9 @@ def test_compiled_kernels_are_reused_after_restart(tmp_path: Path) -> None:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
 
     def run() -> dict[str, int]:
-        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], env=env, capture_output=True, text=True, timeout=240)
+        out = subprocess.run(
+            [sys.executable, "-c", _CACHE_SCRIPT], env=env, capture_output=True, text=True, timeout=240
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout.strip().splitlines()[-1])
 

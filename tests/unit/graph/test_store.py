@@ -41,7 +41,12 @@ def test_build_directed_keeps_direction(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("src", "dst", "n", "match"),
     [
-        ([0, 1, 7, 9], [1, 2, 0, 1], 5, r"2 edge\(s\) have node ids outside \[0, 5\); first: edge #2 \(7 -> 0\)"),
+        (
+            [0, 1, 7, 9],
+            [1, 2, 0, 1],
+            5,
+            r"2 edge\(s\) have node ids outside \[0, 5\); first: edge #2 \(7 -> 0\)",
+        ),
         ([0, -1], [1, 2], None, r"1 edge\(s\) have node ids outside non-negative"),
         ([], [], None, "edge list is empty"),
         ([3, 4], [3, 4], None, "only self-loops"),
@@ -78,7 +83,9 @@ def test_open_round_trip_memmap(tmp_path: Path) -> None:
     labels = rng.integers(0, 4, 50)
     src, dst = rng.integers(0, 50, 300), rng.integers(0, 50, 300)
     splits = {"train": np.arange(0, 30), "val": np.arange(30, 40), "test": np.arange(40, 50)}
-    built, _ = build_store(tmp_path, src, dst, 50, feats, labels, splits, feature_dtype="float16", progress=False)
+    built, _ = build_store(
+        tmp_path, src, dst, 50, feats, labels, splits, feature_dtype="float16", progress=False
+    )
     store = GraphStore.open(tmp_path)
     assert isinstance(store.features, np.memmap) and store.features.dtype == np.float16
     assert not store.features.flags.writeable
@@ -108,7 +115,9 @@ def test_edge_file_formats(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"src": [0, 1, 2], "dst": [1, 2, 5], "w": [1.0, 1.0, 1.0]}), tmp_path / "d.parquet")
+    pq.write_table(
+        pa.table({"src": [0, 1, 2], "dst": [1, 2, 5], "w": [1.0, 1.0, 1.0]}), tmp_path / "d.parquet"
+    )
     for name in ("a.csv", "b.tsv", "c.npy", "d.parquet"):
         store, _ = build_from_edge_file(tmp_path / name, tmp_path / f"out_{name}", progress=False)
         assert _adj(store) == want, name
@@ -139,7 +148,9 @@ def test_edge_file_errors(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> GraphStore:
-    return synth_graph(tmp_path_factory.mktemp("synth"), nodes=20_000, avg_degree=15, features=32, classes=8, seed=3)
+    return synth_graph(
+        tmp_path_factory.mktemp("synth"), nodes=20_000, avg_degree=15, features=32, classes=8, seed=3
+    )
 
 
 def test_synth_shape_and_splits(synth: GraphStore) -> None:
@@ -177,7 +188,9 @@ def test_synth_homophily_makes_aggregation_pay(synth: GraphStore) -> None:
     src = np.repeat(np.arange(synth.num_nodes), deg)
     assert (y[src] == y[np.asarray(synth.indices)]).mean() > 0.7
     x = np.asarray(synth.features, dtype=np.float32)
-    sums = np.add.reduceat(x[np.asarray(synth.indices)], np.minimum(synth.indptr[:-1], synth.num_edges - 1), axis=0)
+    sums = np.add.reduceat(
+        x[np.asarray(synth.indices)], np.minimum(synth.indptr[:-1], synth.num_edges - 1), axis=0
+    )
     sums[deg == 0] = 0
     agg = (x + sums) / (1 + deg)[:, None]
     alone, with_nbrs = _nearest_centroid_accuracy(synth, x), _nearest_centroid_accuracy(synth, agg)
