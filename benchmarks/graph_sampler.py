@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="numba threads for the parallel sampler")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=max(Console().width, 110))
     store = _graph(args, console)
     rng = np.random.default_rng(1)
     samplers = {

@@ -53,19 +53,47 @@ ECHO_TYPES: dict[str, tuple[int, str]] = {
 }
 LABELS = [f"class_{i}" for i in range(8)]
 
+#: The ``gated`` Python model sets GATE_ENTERED when it starts executing, then waits for GATE_RELEASE,
+#: so a test can hold a request in flight without guessing at timings.
+GATE_ENTERED = threading.Event()
+GATE_RELEASE = threading.Event()
+GATED_MODEL = """\
+import grpc_harness
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pass
+
+    def execute(self, requests):
+        grpc_harness.GATE_ENTERED.set()
+        if not grpc_harness.GATE_RELEASE.wait(30):
+            raise RuntimeError("gate never released")
+        return [{"OUTPUT0": r.inputs["INPUT0"]} for r in requests]
+
+    def finalize(self):
+        pass
+"""
+
 
 def _identity(path: Path, elem_type: int, dims: list[int | str]) -> None:
     x = helper.make_tensor_value_info("INPUT0", elem_type, ["batch", *dims])
     y = helper.make_tensor_value_info("OUTPUT0", elem_type, ["batch", *dims])
-    graph = helper.make_graph([helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])], path.parent.parent.name, [x], [y])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])], path.parent.parent.name, [x], [y]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     onnx.checker.check_model(model)
     path.parent.mkdir(parents=True)
     onnx.save(model, path)
 
 
-def _echo_model(repo: Path, name: str, elem_type: int, triton_type: str, dims: list[int], label_file: bool = False) -> None:
-    _identity(repo / name / "1" / "model.onnx", elem_type, [d if d >= 0 else f"d{i}" for i, d in enumerate(dims)])
+def _echo_model(
+    repo: Path, name: str, elem_type: int, triton_type: str, dims: list[int], label_file: bool = False
+) -> None:
+    _identity(
+        repo / name / "1" / "model.onnx", elem_type, [d if d >= 0 else f"d{i}" for i, d in enumerate(dims)]
+    )
     labels = ', label_filename: "labels.txt"' if label_file else ""
     if label_file:
         (repo / name / "labels.txt").write_text("\n".join(LABELS) + "\n")
@@ -79,6 +107,18 @@ def _echo_model(repo: Path, name: str, elem_type: int, triton_type: str, dims: l
             output [ {{ name: "OUTPUT0", data_type: {triton_type}, dims: {dims}{labels} }} ]
             """
         )
+    )
+
+
+def add_gated_model(repo: Path) -> None:
+    """``gated``: FP32 [-1] echo on the Python backend that blocks on GATE_RELEASE (same process only)."""
+    d = repo / "gated"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.py").write_text(GATED_MODEL)
+    (d / "config.pbtxt").write_text(
+        'name: "gated"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [-1] } ]\n'
+        'output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [-1] } ]\n'
     )
 
 
@@ -125,7 +165,8 @@ class GrpcTestServer:
     def start(self) -> GrpcTestServer:
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
-            start_grpc_server(self.dataplane, "127.0.0.1", 0, max_message_bytes=self.max_message_bytes), self.loop
+            start_grpc_server(self.dataplane, "127.0.0.1", 0, max_message_bytes=self.max_message_bytes),
+            self.loop,
         )
         self.server = future.result(timeout=30)
         self.port = bound_port(self.server)

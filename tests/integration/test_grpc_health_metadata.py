@@ -53,7 +53,9 @@ def test_server_metadata(client: tc.InferenceServerClient) -> None:
     meta = client.get_server_metadata(as_json=True)
     assert meta["name"] == "servelab"
     assert meta["version"]
-    assert {"classification", "model_repository", "statistics", "model_configuration"} <= set(meta["extensions"])
+    assert {"classification", "model_repository", "statistics", "model_configuration"} <= set(
+        meta["extensions"]
+    )
 
 
 def test_model_metadata(client: tc.InferenceServerClient) -> None:
@@ -98,7 +100,9 @@ def test_aio_health_metadata_and_config(server: GrpcTestServer) -> None:
             assert meta["inputs"][0]["datatype"] == "BYTES"
             assert (await client.get_server_metadata(as_json=True))["name"] == "servelab"
             config = await client.get_model_config("simple", as_json=True)
-            assert config["config"]["max_batch_size"] == server.dataplane.model_config("simple").max_batch_size
+            assert (
+                config["config"]["max_batch_size"] == server.dataplane.model_config("simple").max_batch_size
+            )
             assert [t["name"] for t in config["config"]["input"]] == ["INPUT0", "INPUT1"]
         finally:
             await client.close()
@@ -133,7 +137,11 @@ def test_shared_memory_trace_and_logging_are_unimplemented(server: GrpcTestServe
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         calls = [
             (stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest(), "shared memory"),
-            (stub.SystemSharedMemoryRegister, pb.SystemSharedMemoryRegisterRequest(name="r"), "shared memory"),
+            (
+                stub.SystemSharedMemoryRegister,
+                pb.SystemSharedMemoryRegisterRequest(name="r"),
+                "shared memory",
+            ),
             (stub.CudaSharedMemoryRegister, pb.CudaSharedMemoryRegisterRequest(name="r"), "shared memory"),
             (stub.TraceSetting, pb.TraceSettingRequest(), "trace"),
             (stub.LogSettings, pb.LogSettingsRequest(), "logging"),
@@ -155,7 +163,9 @@ class _Broken(InferenceServicer):
     """A servicer whose ServerLive hits a bug, to see how an unexpected exception leaves the server."""
 
     @rpc
-    async def ServerLive(self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext) -> pb.ServerLiveResponse:
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerLiveResponse:
         raise RuntimeError("secret internal detail")
 
 

@@ -55,7 +55,9 @@ def sample(datatype: str, shape: tuple[int, ...] = (2, 3)) -> np.ndarray:
         return np.array((values * n)[:n], dtype=object).reshape(shape)
     if datatype == "BF16":
         return np.linspace(-3.5, 3.5, n).astype(ml_dtypes.bfloat16).reshape(shape)
-    dtype = np.dtype({"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}.get(datatype, datatype.lower()))
+    dtype = np.dtype(
+        {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}.get(datatype, datatype.lower())
+    )
     if dtype.kind == "f":
         return np.linspace(-1e3, 1e3, n).astype(dtype).reshape(shape)
     info = np.iinfo(dtype)
@@ -75,7 +77,9 @@ def simple_inputs(module: object = tc) -> tuple[list[tc.InferInput], np.ndarray,
     return [infer_input("INPUT0", a, "INT32"), infer_input("INPUT1", b, "INT32")], a, b
 
 
-def raw_request(model: str, array: np.ndarray, datatype: str, raw: list[bytes] | None = None) -> pb.ModelInferRequest:
+def raw_request(
+    model: str, array: np.ndarray, datatype: str, raw: list[bytes] | None = None
+) -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name=model)
     t = request.inputs.add(name="INPUT0", datatype=datatype)
     t.shape.extend(array.shape)
@@ -141,7 +145,9 @@ def test_requested_outputs_only_return_those(client: tc.InferenceServerClient) -
 def test_classification_top_k_strings(client: tc.InferenceServerClient) -> None:
     scores = np.array([[0.1, 0.9, 0.3, 0.0, 0.5, 0.2, 0.7, 0.05], [8, 7, 6, 5, 4, 3, 2, 1]], dtype=np.float32)
     result = client.infer(
-        "scores", [infer_input("INPUT0", scores, "FP32")], outputs=[tc.InferRequestedOutput("OUTPUT0", class_count=3)]
+        "scores",
+        [infer_input("INPUT0", scores, "FP32")],
+        outputs=[tc.InferRequestedOutput("OUTPUT0", class_count=3)],
     )
     top = result.as_numpy("OUTPUT0")
     assert top.shape == (2, 3)
@@ -322,11 +328,14 @@ def test_shared_memory_input_is_unimplemented(stub: pb_grpc.GRPCInferenceService
 
 def test_message_over_the_limit_is_resource_exhausted(tmp_path: Path) -> None:
     repo = build_test_repository(tmp_path / "repo")
-    with running_server(repo, load=["echo_uint8"], max_message_bytes=4096) as s, tc.InferenceServerClient(
-        s.address
-    ) as client:
+    with (
+        running_server(repo, load=["echo_uint8"], max_message_bytes=4096) as s,
+        tc.InferenceServerClient(s.address) as client,
+    ):
         small = np.zeros((1, 100), dtype=np.uint8)
-        assert client.infer("echo_uint8", [infer_input("INPUT0", small, "UINT8")]).as_numpy("OUTPUT0").shape == (1, 100)
+        assert client.infer("echo_uint8", [infer_input("INPUT0", small, "UINT8")]).as_numpy(
+            "OUTPUT0"
+        ).shape == (1, 100)
         big = np.zeros((1, 8192), dtype=np.uint8)
         with pytest.raises(InferenceServerException) as info:
             client.infer("echo_uint8", [infer_input("INPUT0", big, "UINT8")])
@@ -337,3 +346,25 @@ def test_message_over_the_limit_is_resource_exhausted(tmp_path: Path) -> None:
 def test_server_keeps_serving_after_errors(client: tc.InferenceServerClient) -> None:
     inputs, a, b = simple_inputs()
     np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), a + b)
+
+
+def test_concurrent_aio_requests_get_their_own_answers(server: GrpcTestServer) -> None:
+    count = 48
+
+    async def run() -> list[np.ndarray]:
+        client = tca.InferenceServerClient(server.address)
+        try:
+            calls = []
+            for i in range(count):
+                x = np.full((1, 16), i, dtype=np.int32)
+                calls.append(
+                    client.infer(
+                        "simple", [infer_input("INPUT0", x, "INT32"), infer_input("INPUT1", x, "INT32")]
+                    )
+                )
+            return [r.as_numpy("OUTPUT0") for r in await asyncio.gather(*calls)]
+        finally:
+            await client.close()
+
+    for i, out in enumerate(asyncio.run(run())):
+        np.testing.assert_array_equal(out, np.full((1, 16), 2 * i, dtype=np.int32))

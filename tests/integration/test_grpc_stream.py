@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import queue
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -94,7 +93,7 @@ def test_aio_stream_infer(server: GrpcTestServer) -> None:
 def test_stream_error_response_echoes_the_request_id(server: GrpcTestServer) -> None:
     """Read with the generated stub: the failed request's id and model come back beside error_message."""
     good = pb.ModelInferRequest(model_name="echo_fp32", id="good")
-    t = good.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2])
+    good.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2])
     good.raw_input_contents.append(np.ones((1, 2), dtype=np.float32).tobytes())
     bad = pb.ModelInferRequest(model_name="echo_fp32", id="bad")
     bad.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2])
@@ -112,10 +111,30 @@ def test_stream_error_response_echoes_the_request_id(server: GrpcTestServer) -> 
     (failed,) = by_id["bad"]
     assert "INPUT0" in failed.error_message and "needs 8 bytes" in failed.error_message
     assert failed.infer_response.model_name == "echo_fp32"
-    assert t.name == "INPUT0"
 
 
 def test_empty_stream_closes_cleanly(server: GrpcTestServer) -> None:
     with grpc.insecure_channel(server.address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         assert list(stub.ModelStreamInfer(iter([]), timeout=10)) == []
+
+
+def test_many_stream_requests_are_answered_once_each(server: GrpcTestServer) -> None:
+    count = 40
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    with tc.InferenceServerClient(server.address) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            for i in range(count):
+                inputs, _ = simple_inputs(i if i != BAD else 100)
+                client.async_stream_infer("simple", inputs, request_id=str(i))
+            got = [answers.get(timeout=10) for _ in range(count)]
+        finally:
+            client.stop_stream()
+    assert all(e is None for _, e in got)
+    ids = sorted(int(r.get_response().id) for r, _ in got)
+    assert ids == list(range(count))
+    for r, _ in got:
+        i = int(r.get_response().id)
+        expected = 2 * (i if i != BAD else 100)
+        assert r.as_numpy("OUTPUT0").tolist() == [[expected] * 16]

@@ -156,4 +156,6 @@ def _complete_tensor(tensor: Any, spec: TensorSpec, skip: int, kind: str) -> Non
         )
     for given, actual in zip(dims, model_dims, strict=True):
         if given >= 0 and actual >= 0 and given != actual:
-            raise InvalidArgument(f"{kind} '{spec.name}': config dims {dims} but the model has dims {model_dims}")
+            raise InvalidArgument(
+                f"{kind} '{spec.name}': config dims {dims} but the model has dims {model_dims}"
+            )

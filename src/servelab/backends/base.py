@@ -107,8 +107,8 @@ class Backend(ABC):
         if len(requests) == 1:
             return [self._guarded(requests[0])]
         if self.config.max_batch_size > 0:
-            batch, rows = concat_rows(requests)
             try:
+                batch, rows = concat_rows(requests)
                 outputs = self.infer(batch)
             except Exception:
                 # One bad request must not fail the others: run each alone to find it.

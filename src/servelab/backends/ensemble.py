@@ -42,7 +42,15 @@ def _steps(config: mc.ModelConfig) -> list[Step]:
         if not s.model_name:
             raise InvalidArgument(f"ensemble '{config.name}': step {i} has no model_name")
         version = "" if s.model_version < 0 else str(s.model_version)
-        steps.append(Step(i, s.model_name, version, tuple(sorted(s.input_map.items())), tuple(sorted(s.output_map.items()))))
+        steps.append(
+            Step(
+                i,
+                s.model_name,
+                version,
+                tuple(sorted(s.input_map.items())),
+                tuple(sorted(s.output_map.items())),
+            )
+        )
     return steps
 
 
@@ -57,7 +65,9 @@ def plan_steps(config: mc.ModelConfig) -> list[Step]:
     for step in steps:
         for _, tensor in step.output_map:
             if tensor in ensemble_inputs:
-                raise InvalidArgument(f"ensemble '{name}': {step.label} writes '{tensor}', which is an ensemble input")
+                raise InvalidArgument(
+                    f"ensemble '{name}': {step.label} writes '{tensor}', which is an ensemble input"
+                )
             if tensor in producer:
                 raise InvalidArgument(
                     f"ensemble '{name}': tensor '{tensor}' is produced by both {producer[tensor].label} and {step.label}"
@@ -112,7 +122,9 @@ class EnsembleBackend(Backend):
 
     def load(self) -> None:
         if self.ctx.infer is None:
-            raise InvalidArgument(f"ensemble '{self.ctx.model_name}' needs the server's infer function (ctx.infer)")
+            raise InvalidArgument(
+                f"ensemble '{self.ctx.model_name}' needs the server's infer function (ctx.infer)"
+            )
         self._call = self.ctx.infer
         self.steps = plan_steps(self.config)
         self._outputs = tuple(t.name for t in self.config.output)
@@ -143,7 +155,11 @@ class EnsembleBackend(Backend):
         """Per step: model, calls and cumulative nanoseconds, in run order."""
         with self._lock:
             return [
-                {"step": s.index, "model_name": s.model_name, "calls": self.step_calls[s.index],
-                 "total_ns": self.step_ns[s.index]}
+                {
+                    "step": s.index,
+                    "model_name": s.model_name,
+                    "calls": self.step_calls[s.index],
+                    "total_ns": self.step_ns[s.index],
+                }
                 for s in self.steps
             ]

@@ -174,10 +174,14 @@ class OnnxRuntimeBackend(Backend):
         inter = int_param(cfg, "inter_op_thread_count", None)
         if inter is not None:
             opts.inter_op_num_threads = inter
-            opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL if inter > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+            opts.execution_mode = (
+                ort.ExecutionMode.ORT_PARALLEL if inter > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+            )
         level = (param(cfg, "graph_optimization_level", "all") or "all").strip().lower()
         if level not in _OPT_LEVELS:
-            raise InvalidArgument(f"parameter 'graph_optimization_level' must be one of {list(_OPT_LEVELS)}, got {level!r}")
+            raise InvalidArgument(
+                f"parameter 'graph_optimization_level' must be one of {list(_OPT_LEVELS)}, got {level!r}"
+            )
         opts.graph_optimization_level = _OPT_LEVELS[level]
         if "allow_spinning" in cfg.parameters:
             spin = "1" if bool_param(cfg, "allow_spinning", True) else "0"
@@ -192,7 +196,9 @@ class OnnxRuntimeBackend(Backend):
             names = [p.strip() for p in requested.split(",") if p.strip()]
             missing = [p for p in names if p not in available]
             if missing:
-                raise Unsupported(f"execution providers {missing} are not available here; available: {available}")
+                raise Unsupported(
+                    f"execution providers {missing} are not available here; available: {available}"
+                )
             return [*names, "CPUExecutionProvider"] if "CPUExecutionProvider" not in names else names
         wants_gpu = any(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in self.config.instance_group)
         gpu = [p for p in _GPU_PROVIDERS if wants_gpu and p in available]

@@ -47,7 +47,9 @@ _BF16 = DataType.BF16.numpy_dtype
 def _port_spec(port: Any) -> TensorSpec:
     type_name = port.get_element_type().get_type_name()
     if type_name not in _OV_TYPES:
-        raise Unsupported(f"OpenVINO tensor '{port.get_any_name()}' has element type {type_name}, not servable")
+        raise Unsupported(
+            f"OpenVINO tensor '{port.get_any_name()}' has element type {type_name}, not servable"
+        )
     shape = tuple(-1 if d.is_dynamic else d.get_length() for d in port.get_partial_shape())
     return TensorSpec(port.get_any_name(), _OV_TYPES[type_name], shape)
 
@@ -83,8 +85,10 @@ class OpenVinoBackend(Backend):
         model = ov.Core().read_model(str(model_file(config, version_dir, *_FILES)))
         inputs, outputs = openvino_specs(model)
         if config.max_batch_size > 0:  # load() makes a fixed first dimension dynamic
-            inputs, outputs = ([TensorSpec(s.name, s.dtype, (-1, *s.shape[1:])) if s.shape else s for s in specs]
-                               for specs in (inputs, outputs))
+            inputs, outputs = (
+                [TensorSpec(s.name, s.dtype, (-1, *s.shape[1:])) if s.shape else s for s in specs]
+                for specs in (inputs, outputs)
+            )
         complete_config(config, inputs, outputs)
 
     def load(self) -> None:
@@ -96,7 +100,9 @@ class OpenVinoBackend(Backend):
             raise InvalidArgument(f"OpenVINO cannot read {path}: {exc}") from exc
         inputs, outputs = openvino_specs(model)
         if any(s.dtype is DataType.BYTES for s in inputs + outputs):
-            raise Unsupported(f"the openvino backend cannot serve BYTES tensors (model '{self.ctx.model_name}')")
+            raise Unsupported(
+                f"the openvino backend cannot serve BYTES tensors (model '{self.ctx.model_name}')"
+            )
         if self.config.max_batch_size > 0:
             self._make_batch_dynamic(model)
         self.compiled = core.compile_model(model, "CPU", self._properties())
@@ -104,8 +110,11 @@ class OpenVinoBackend(Backend):
         self._out_names = tuple(_config_name(p, configured) for p in model.outputs)
         self._bf16_out = tuple(s.dtype is DataType.BF16 for s in outputs)
         configured_in = [t.name for t in self.config.input]
-        self._bf16_in = frozenset(_config_name(p, configured_in) for p, s in zip(model.inputs, inputs, strict=True)
-                                  if s.dtype is DataType.BF16)
+        self._bf16_in = frozenset(
+            _config_name(p, configured_in)
+            for p, s in zip(model.inputs, inputs, strict=True)
+            if s.dtype is DataType.BF16
+        )
         self._convert = bool(self._bf16_in) or any(self._bf16_out)
 
     def infer(self, inputs: Inputs) -> Outputs:
@@ -122,7 +131,9 @@ class OpenVinoBackend(Backend):
 
     def _infer_bf16(self, request: Any, inputs: Inputs) -> Outputs:
         feed: dict[str, Any] = {
-            name: ov.Tensor(np.ascontiguousarray(a).view(np.uint16), a.shape, ov.Type.bf16) if name in self._bf16_in else a
+            name: ov.Tensor(np.ascontiguousarray(a).view(np.uint16), a.shape, ov.Type.bf16)
+            if name in self._bf16_in
+            else a
             for name, a in inputs.items()
         }
         values = request.infer(feed).to_tuple()
@@ -159,5 +170,7 @@ class OpenVinoBackend(Backend):
         }
         streams = param(cfg, "NUM_STREAMS")
         if streams is not None:
-            props["NUM_STREAMS"] = streams if streams.upper() == "AUTO" else int_param(cfg, "NUM_STREAMS", None)
+            props["NUM_STREAMS"] = (
+                streams if streams.upper() == "AUTO" else int_param(cfg, "NUM_STREAMS", None)
+            )
         return props

@@ -60,7 +60,9 @@ class PythonBackend(Backend):
             spec.loader.exec_module(module)
         except Exception as exc:
             sys.modules.pop(self._module_name, None)
-            raise InvalidArgument(f"importing {path} for model '{self.ctx.model_name}' failed: {exc!r}") from exc
+            raise InvalidArgument(
+                f"importing {path} for model '{self.ctx.model_name}' failed: {exc!r}"
+            ) from exc
         cls = next((getattr(module, n) for n in _CLASS_NAMES if hasattr(module, n)), None)
         if cls is None:
             raise InvalidArgument(f"{path} defines neither class {' nor '.join(_CLASS_NAMES)}")
@@ -69,7 +71,9 @@ class PythonBackend(Backend):
             try:
                 self.model.initialize(self._initialize_args())
             except Exception as exc:
-                raise InvalidArgument(f"initialize() of model '{self.ctx.model_name}' failed: {exc!r}") from exc
+                raise InvalidArgument(
+                    f"initialize() of model '{self.ctx.model_name}' failed: {exc!r}"
+                ) from exc
 
     def execute(self, requests: list[Inputs]) -> list[Outputs | ServelabError]:
         name = self.ctx.model_name
@@ -81,7 +85,9 @@ class PythonBackend(Backend):
             return [error] * len(requests)
         if not isinstance(results, list | tuple) or len(results) != len(requests):
             got = f"{len(results)} items" if isinstance(results, list | tuple) else type(results).__name__
-            error = InternalError(f"python model '{name}' execute() must return a list of {len(requests)} items, got {got}")
+            error = InternalError(
+                f"python model '{name}' execute() must return a list of {len(requests)} items, got {got}"
+            )
             return [error] * len(requests)
         return [self._response(r) for r in results]
 
@@ -109,11 +115,15 @@ class PythonBackend(Backend):
         if isinstance(item, Exception):
             return InternalError(f"python model '{name}': {item!r}")
         if not isinstance(item, dict):
-            return InternalError(f"python model '{name}' returned {type(item).__name__} for a request; expected a dict")
+            return InternalError(
+                f"python model '{name}' returned {type(item).__name__} for a request; expected a dict"
+            )
         outputs = {str(k): _as_array(v) for k, v in item.items()}
         missing = [o for o in self._outputs if o not in outputs]
         if missing:
-            return InternalError(f"python model '{name}' did not return outputs {missing}; it returned {sorted(outputs)}")
+            return InternalError(
+                f"python model '{name}' did not return outputs {missing}; it returned {sorted(outputs)}"
+            )
         return outputs
 
     def _initialize_args(self) -> dict[str, str]:

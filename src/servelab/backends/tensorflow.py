@@ -45,7 +45,9 @@ def _import_tensorflow() -> Any:
     try:
         import tensorflow
     except ImportError as exc:
-        raise Unsupported(f"the tensorflow backend needs TensorFlow ({exc}); install it with: {_INSTALL}") from exc
+        raise Unsupported(
+            f"the tensorflow backend needs TensorFlow ({exc}); install it with: {_INSTALL}"
+        ) from exc
     return tensorflow
 
 
@@ -54,7 +56,9 @@ def _signature(tf: Any, config: mc.ModelConfig, path: Path) -> tuple[Any, Any]:
     loaded = tf.saved_model.load(str(path))
     name = param(config, "signature_name", "serving_default") or "serving_default"
     if name not in loaded.signatures:
-        raise InvalidArgument(f"SavedModel {path} has no signature {name!r}; it has {sorted(loaded.signatures)}")
+        raise InvalidArgument(
+            f"SavedModel {path} has no signature {name!r}; it has {sorted(loaded.signatures)}"
+        )
     return loaded, loaded.signatures[name]
 
 

@@ -40,7 +40,9 @@ def _import_tensorrt() -> Any:
     try:
         import tensorrt
     except ImportError as exc:
-        raise Unsupported(f"the tensorrt backend needs TensorRT ({exc}); install it with: {_INSTALL}") from exc
+        raise Unsupported(
+            f"the tensorrt backend needs TensorRT ({exc}); install it with: {_INSTALL}"
+        ) from exc
     return tensorrt
 
 
@@ -48,7 +50,9 @@ def _import_cuda_torch() -> Any:
     try:
         import torch
     except ImportError as exc:
-        raise Unsupported(f"the tensorrt backend needs torch with CUDA for device buffers; {_INSTALL}") from exc
+        raise Unsupported(
+            f"the tensorrt backend needs torch with CUDA for device buffers; {_INSTALL}"
+        ) from exc
     if not torch.cuda.is_available():
         raise Unavailable("the tensorrt backend needs an NVIDIA GPU, and torch sees none")
     return torch
@@ -58,7 +62,9 @@ def _engine(trt: Any, path: Path) -> Any:
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
     engine = runtime.deserialize_cuda_engine(path.read_bytes())
     if engine is None:
-        raise InvalidArgument(f"TensorRT could not deserialize {path} (built for another TensorRT version or GPU?)")
+        raise InvalidArgument(
+            f"TensorRT could not deserialize {path} (built for another TensorRT version or GPU?)"
+        )
     return engine
 
 
@@ -134,9 +140,14 @@ class TensorRTBackend(Backend):
 
 def _torch_dtype(torch: Any, dtype: DataType) -> Any:
     return {
-        DataType.BOOL: torch.bool, DataType.UINT8: torch.uint8, DataType.INT8: torch.int8,
-        DataType.INT32: torch.int32, DataType.INT64: torch.int64, DataType.FP16: torch.float16,
-        DataType.FP32: torch.float32, DataType.BF16: torch.bfloat16,
+        DataType.BOOL: torch.bool,
+        DataType.UINT8: torch.uint8,
+        DataType.INT8: torch.int8,
+        DataType.INT32: torch.int32,
+        DataType.INT64: torch.int64,
+        DataType.FP16: torch.float16,
+        DataType.FP32: torch.float32,
+        DataType.BF16: torch.bfloat16,
     }[dtype]
 
 

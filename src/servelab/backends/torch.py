@@ -49,7 +49,9 @@ def _ordered(names: list[str]) -> list[str]:
     """Config order, or the ``__N`` positions when every name carries one."""
     positions = [_SUFFIX.search(n) for n in names]
     if names and all(positions):
-        return [n for _, n in sorted((int(m.group(1)), n) for m, n in zip(positions, names, strict=True) if m)]
+        return [
+            n for _, n in sorted((int(m.group(1)), n) for m, n in zip(positions, names, strict=True) if m)
+        ]
     return names
 
 
@@ -103,7 +105,9 @@ def _program_specs(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
-def _match_positions(config: mc.ModelConfig, specs: list[TensorSpec], field: Any, kind: str) -> list[TensorSpec]:
+def _match_positions(
+    config: mc.ModelConfig, specs: list[TensorSpec], field: Any, kind: str
+) -> list[TensorSpec]:
     """Rename the model's specs to the config's names, matched by position (torch has no tensor names)."""
     given = _ordered([t.name for t in field])
     if not given:
@@ -144,7 +148,9 @@ class TorchBackend(Backend):
         path = model_file(self.config, self.ctx.version_dir, *_file_candidates(self.config))
         for tensor in (*self.config.input, *self.config.output):
             if tensor.data_type == mc.TYPE_STRING:
-                raise Unsupported(f"the pytorch backend cannot take BYTES tensors ('{tensor.name}'); use python")
+                raise Unsupported(
+                    f"the pytorch backend cannot take BYTES tensors ('{tensor.name}'); use python"
+                )
         threads = int_param(self.config, "intra_op_thread_count", None)
         if threads:
             torch.set_num_threads(threads)
@@ -218,14 +224,18 @@ def _probe_outputs(config: mc.ModelConfig, module: Any) -> None:
     """Run forward twice on zeros (dynamic dims as 1, then 2): dims that change are dynamic."""
     for tensor in config.input:
         if tensor.data_type == mc.TYPE_INVALID or (not tensor.dims and config.max_batch_size == 0):
-            raise InvalidArgument(f"input '{tensor.name}' needs data_type and dims in config.pbtxt to probe the model")
+            raise InvalidArgument(
+                f"input '{tensor.name}' needs data_type and dims in config.pbtxt to probe the model"
+            )
     results = []
     for size in (1, 2):
         with torch.inference_mode():
             try:
                 out = module(*_probe_inputs(config, size))
             except Exception as exc:
-                raise InvalidArgument(f"probe forward on zeros failed ({exc}); state the outputs in config.pbtxt") from exc
+                raise InvalidArgument(
+                    f"probe forward on zeros failed ({exc}); state the outputs in config.pbtxt"
+                ) from exc
         results.append((out,) if isinstance(out, torch.Tensor) else tuple(out))
     skip = 1 if config.max_batch_size > 0 else 0
     for i, (a, b) in enumerate(zip(*results, strict=True)):

@@ -39,7 +39,12 @@ def oip_binary_body(request: Request) -> tuple[bytes, int]:
     raws = [tensor_bytes(a) for a in request.values()]
     header = {
         "inputs": [
-            {"name": n, "shape": list(a.shape), "datatype": datatype_of(a), "parameters": {"binary_data_size": len(r)}}
+            {
+                "name": n,
+                "shape": list(a.shape),
+                "datatype": datatype_of(a),
+                "parameters": {"binary_data_size": len(r)},
+            }
             for (n, a), r in zip(request.items(), raws, strict=True)
         ],
         "parameters": {"binary_data_output": True},
@@ -61,7 +66,9 @@ def oip_json_body(request: Request) -> bytes:
 
 def tfserving_body(request: Request) -> bytes:
     """TF Serving's columnar REST format: ``{"inputs": {name: nested list}}``."""
-    return orjson.dumps({"inputs": {n: a.tolist() if a.dtype.kind != "O" else _json_data(a) for n, a in request.items()}})
+    return orjson.dumps(
+        {"inputs": {n: a.tolist() if a.dtype.kind != "O" else _json_data(a) for n, a in request.items()}}
+    )
 
 
 def raw_bytes(request: Request) -> bytes | None:

@@ -47,7 +47,9 @@ class OipGrpcClient(Client):
 
     async def start(self) -> None:
         self._channel = grpc.aio.insecure_channel(self.target.grpc_address(), options=_OPTIONS)
-        self._call = self._channel.unary_unary(INFER_METHOD, request_serializer=None, response_deserializer=None)
+        self._call = self._channel.unary_unary(
+            INFER_METHOD, request_serializer=None, response_deserializer=None
+        )
 
     async def send(self, index: int) -> None:
         assert self._call is not None, "start() must be awaited before send()"

@@ -63,7 +63,9 @@ class InProcessClient(Client):
 
     async def start(self) -> None:
         self._session = open_session(self.target.url)
-        self._pool = ThreadPoolExecutor(max_workers=min(self.max_inflight, 64), thread_name_prefix="bench-ort")
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(self.max_inflight, 64), thread_name_prefix="bench-ort"
+        )
 
     async def send(self, index: int) -> None:
         assert self._session is not None and self._pool is not None, "start() must be awaited before send()"

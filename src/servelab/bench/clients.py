@@ -72,7 +72,9 @@ class _HttpClient(Client):
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=self.max_inflight, force_close=False, ttl_dns_cache=None)
         timeout = aiohttp.ClientTimeout(total=self.target.timeout_s)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",))
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",)
+        )
 
     async def send(self, index: int) -> None:
         assert self._session is not None, "start() must be awaited before send()"
@@ -105,7 +107,10 @@ class OipHttpClient(_HttpClient):
         for r in requests:
             if self.target.binary:
                 body, n = _encode.oip_binary_body(r)
-                headers = {"Inference-Header-Content-Length": str(n), "Content-Type": "application/octet-stream"}
+                headers = {
+                    "Inference-Header-Content-Length": str(n),
+                    "Content-Type": "application/octet-stream",
+                }
             else:
                 body, headers = _encode.oip_json_body(r), {"Content-Type": "application/json"}
             self._bodies.append((body, headers))
@@ -153,4 +158,3 @@ def make_client(target: TargetSpec, model: str, max_inflight: int) -> Client:
 
         return InProcessClient(target, model, max_inflight)
     raise InvalidArgument(f"unknown target kind {target.kind!r}")
-

@@ -98,7 +98,9 @@ def _from_pa_json(path: Path, metas: list[TensorMeta], spec: InputSpec) -> list[
         doc = json.loads(path.read_text())
         entries = doc["data"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidArgument(f"{path}: expected perf_analyzer input JSON {{'data': [{{NAME: ...}}, ...]}}") from exc
+        raise InvalidArgument(
+            f"{path}: expected perf_analyzer input JSON {{'data': [{{NAME: ...}}, ...]}}"
+        ) from exc
     by_name = {m.name: m for m in metas}
     samples: list[Sample] = []
     for i, entry in enumerate(entries):
@@ -116,7 +118,11 @@ def _pa_tensor(value: Any, meta: TensorMeta, spec: InputSpec, where: str) -> np.
         shape = tuple(value["shape"]) if "shape" in value else None
         if "b64" in value:
             raw = base64.b64decode(value["b64"])
-            arr = np.frombuffer(raw, dtype=meta.dtype) if meta.datatype != "BYTES" else np.array([raw], dtype=object)
+            arr = (
+                np.frombuffer(raw, dtype=meta.dtype)
+                if meta.datatype != "BYTES"
+                else np.array([raw], dtype=object)
+            )
         elif "content" in value:
             arr = np.asarray(value["content"], dtype=meta.dtype)
         else:
@@ -133,14 +139,18 @@ def _pa_tensor(value: Any, meta: TensorMeta, spec: InputSpec, where: str) -> np.
 def _split_first_axis(arrays: dict[str, np.ndarray], where: str) -> list[Sample]:
     counts = {name: a.shape[0] if a.ndim else 0 for name, a in arrays.items()}
     if len(set(counts.values())) != 1 or 0 in counts.values():
-        raise InvalidArgument(f"{where}: every array's first axis indexes samples and must agree; got {counts}")
+        raise InvalidArgument(
+            f"{where}: every array's first axis indexes samples and must agree; got {counts}"
+        )
     n = next(iter(counts.values()))
     return [{name: a[i] for name, a in arrays.items()} for i in range(n)]
 
 
 def _single_name(metas: list[TensorMeta], where: str) -> str:
     if len(metas) != 1:
-        raise InvalidArgument(f"{where}: one array given but the model has inputs {[m.name for m in metas]}; use .npz")
+        raise InvalidArgument(
+            f"{where}: one array given but the model has inputs {[m.name for m in metas]}; use .npz"
+        )
     return metas[0].name
 
 
@@ -165,7 +175,9 @@ def load_samples(path: str, metas: list[TensorMeta], spec: InputSpec) -> list[Sa
     """Read samples from a file or folder; raise InvalidArgument saying what was expected."""
     p = Path(path)
     if not p.exists():
-        raise InvalidArgument(f"input data {path!r} does not exist; expected a .npz, .npy, .json file or a folder")
+        raise InvalidArgument(
+            f"input data {path!r} does not exist; expected a .npz, .npy, .json file or a folder"
+        )
     if p.is_dir():
         return _from_folder(p, metas)
     if p.suffix == ".json":
@@ -175,7 +187,9 @@ def load_samples(path: str, metas: list[TensorMeta], spec: InputSpec) -> list[Sa
             return _split_first_axis({k: z[k] for k in z.files}, str(p))
     if p.suffix == ".npy":
         return _split_first_axis({_single_name(metas, str(p)): np.load(p)}, str(p))
-    raise InvalidArgument(f"input data {path!r}: unknown suffix {p.suffix!r}; expected .npz, .npy, .json or a folder")
+    raise InvalidArgument(
+        f"input data {path!r}: unknown suffix {p.suffix!r}; expected .npz, .npy, .json or a folder"
+    )
 
 
 def _stack(samples: list[Sample], metas: list[TensorMeta], batch_size: int) -> Request:
@@ -213,4 +227,6 @@ def build_requests(metas: list[TensorMeta], spec: InputSpec) -> list[Request]:
             raise InvalidArgument(f"input data {spec.data_path!r} lacks inputs {missing} the model needs")
     n_requests = max(1, min(spec.distinct_requests, len(samples) // spec.batch_size or 1))
     b = spec.batch_size
-    return [_stack([samples[(i * b + j) % len(samples)] for j in range(b)], metas, b) for i in range(n_requests)]
+    return [
+        _stack([samples[(i * b + j) % len(samples)] for j in range(b)], metas, b) for i in range(n_requests)
+    ]

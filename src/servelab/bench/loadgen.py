@@ -117,7 +117,9 @@ async def _warmup(client: Client, plan: WorkerPlan) -> None:
     await asyncio.gather(*(slot() for _ in range(width)))
 
 
-async def _closed_loop(client: Client, plan: WorkerPlan, windows: _Windows, budget: _Budget, stop: asyncio.Event) -> None:
+async def _closed_loop(
+    client: Client, plan: WorkerPlan, windows: _Windows, budget: _Budget, stop: asyncio.Event
+) -> None:
     async def slot() -> None:
         while not stop.is_set() and (i := budget.take()) is not None:
             await _send(client, i, time.perf_counter(), windows)
@@ -125,7 +127,9 @@ async def _closed_loop(client: Client, plan: WorkerPlan, windows: _Windows, budg
     await asyncio.gather(*(slot() for _ in range(int(plan.level))))
 
 
-async def _open_loop(client: Client, plan: WorkerPlan, windows: _Windows, budget: _Budget, stop: asyncio.Event) -> None:
+async def _open_loop(
+    client: Client, plan: WorkerPlan, windows: _Windows, budget: _Budget, stop: asyncio.Event
+) -> None:
     rng = np.random.default_rng(plan.seed)
     gap = 1.0 / plan.level
     slots = asyncio.Semaphore(plan.max_inflight)

@@ -27,9 +27,13 @@ async def _http_metas(target: TargetSpec, model: str) -> list[TensorMeta]:
     except aiohttp.ClientError as exc:
         raise Unavailable(f"cannot reach {url}: {exc}") from exc
     try:
-        return [TensorMeta(i["name"], i["datatype"], tuple(int(d) for d in i["shape"])) for i in doc["inputs"]]
+        return [
+            TensorMeta(i["name"], i["datatype"], tuple(int(d) for d in i["shape"])) for i in doc["inputs"]
+        ]
     except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{url}: metadata lacks inputs[].name/datatype/shape: {str(doc)[:200]}") from exc
+        raise InvalidArgument(
+            f"{url}: metadata lacks inputs[].name/datatype/shape: {str(doc)[:200]}"
+        ) from exc
 
 
 async def _grpc_metas(target: TargetSpec, model: str) -> list[TensorMeta]:
@@ -45,8 +49,12 @@ async def _grpc_metas(target: TargetSpec, model: str) -> list[TensorMeta]:
             meta = await stub.ModelMetadata(req, timeout=10.0)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
-                raise NotFound(f"model {model!r} not found at {target.grpc_address()}: {exc.details()}") from exc
-            raise Unavailable(f"gRPC ModelMetadata at {target.grpc_address()} failed: {exc.code().name}") from exc
+                raise NotFound(
+                    f"model {model!r} not found at {target.grpc_address()}: {exc.details()}"
+                ) from exc
+            raise Unavailable(
+                f"gRPC ModelMetadata at {target.grpc_address()} failed: {exc.code().name}"
+            ) from exc
     return [TensorMeta(i.name, i.datatype, tuple(int(d) for d in i.shape)) for i in meta.inputs]
 
 

@@ -120,7 +120,13 @@ class NullServer:
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> NullServer:
-        cmd = [sys.executable, "-c", "from servelab.bench.nullserver import main; main()", "--protocol", self.protocol]
+        cmd = [
+            sys.executable,
+            "-c",
+            "from servelab.bench.nullserver import main; main()",
+            "--protocol",
+            self.protocol,
+        ]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline().strip()
@@ -148,7 +154,9 @@ class NullServer:
                         return
             except Exception:
                 time.sleep(0.02)  # poll interval while the child binds; readiness is the check above
-        raise RuntimeError(f"null {self.protocol} server on port {port} not ready in {self.start_timeout_s} s")
+        raise RuntimeError(
+            f"null {self.protocol} server on port {port} not ready in {self.start_timeout_s} s"
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self._proc is not None:

@@ -86,7 +86,11 @@ class LevelResult:
             "client_limited": self.client_limited,
             "failures": self.failures,
             "windows": [
-                {"duration_s": w.duration_s, "throughput_rps": w.requests_per_s, "p50_ms": w.histogram.percentile(50) * 1e3}
+                {
+                    "duration_s": w.duration_s,
+                    "throughput_rps": w.requests_per_s,
+                    "p50_ms": w.histogram.percentile(50) * 1e3,
+                }
                 for w in self.windows
             ],
             "histogram": self.summary.histogram.to_dict(),

@@ -100,7 +100,9 @@ class StatsReader:
                 async with self._session.get(url) as resp:
                     if resp.status != 200:
                         return None
-                    return _parse_http_stats(await resp.json(content_type=None), self.model, self.target.model_version)
+                    return _parse_http_stats(
+                        await resp.json(content_type=None), self.model, self.target.model_version
+                    )
             return await self._grpc_snapshot()
         except Exception:
             return None

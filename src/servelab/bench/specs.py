@@ -66,13 +66,17 @@ class LoadSpec:
         if self.mode not in ("concurrency", "request_rate"):
             raise InvalidArgument(f"load mode must be 'concurrency' or 'request_rate', got {self.mode!r}")
         if not self.levels or any(x <= 0 for x in self.levels):
-            raise InvalidArgument(f"load levels must be a non-empty list of positive numbers, got {self.levels}")
+            raise InvalidArgument(
+                f"load levels must be a non-empty list of positive numbers, got {self.levels}"
+            )
         if self.mode == "concurrency" and any(int(x) != x for x in self.levels):
             raise InvalidArgument(f"concurrency levels must be whole numbers, got {self.levels}")
         if self.arrivals not in ("constant", "poisson"):
             raise InvalidArgument(f"arrivals must be 'constant' or 'poisson', got {self.arrivals!r}")
         if self.measurement_interval_ms < 10:
-            raise InvalidArgument(f"measurement_interval_ms must be >= 10, got {self.measurement_interval_ms}")
+            raise InvalidArgument(
+                f"measurement_interval_ms must be >= 10, got {self.measurement_interval_ms}"
+            )
         for name in ("window_requests", "request_count"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -80,7 +84,9 @@ class LoadSpec:
         if self.stability_percentage <= 0:
             raise InvalidArgument(f"stability_percentage must be > 0, got {self.stability_percentage}")
         if self.max_windows < 3:
-            raise InvalidArgument(f"max_windows must be >= 3 (stability compares 3 windows), got {self.max_windows}")
+            raise InvalidArgument(
+                f"max_windows must be >= 3 (stability compares 3 windows), got {self.max_windows}"
+            )
         if self.warmup_requests < 0 or self.workers < 1 or self.max_inflight < 1 or self.max_level_s <= 0:
             raise InvalidArgument(
                 "warmup_requests must be >= 0, workers >= 1, max_inflight >= 1 and max_level_s > 0; got "

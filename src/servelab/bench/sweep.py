@@ -173,13 +173,19 @@ def _ceiling_load(load: LoadSpec, level: float) -> tuple[LoadSpec, float]:
     conc = level if load.mode == "concurrency" else float(min(64, load.max_inflight))
     short = replace(
         load, mode="concurrency", levels=(conc,), measurement_interval_ms=min(load.measurement_interval_ms, 500),
-        window_requests=None, request_count=None, max_windows=5, warmup_requests=max(load.warmup_requests, 20),
+        window_requests=None, request_count=None, max_windows=3, warmup_requests=max(load.warmup_requests, 20),
     )  # fmt: skip
     return short, conc
 
 
 async def _ceiling(
-    null_url: str, target: TargetSpec, model: str, requests: list[Request], load: LoadSpec, level: float, cache: dict[float, float]
+    null_url: str,
+    target: TargetSpec,
+    model: str,
+    requests: list[Request],
+    load: LoadSpec,
+    level: float,
+    cache: dict[float, float],
 ) -> float:
     short, conc = _ceiling_load(load, level)
     if conc not in cache:
@@ -206,12 +212,25 @@ async def run_sweep_async(
     await reader.open()
     results: list[LevelResult] = []
     cache: dict[float, float] = {}
-    null = NullServer("grpc" if target.kind == "oip-grpc" else "http") if measure_ceiling and target.kind != "inprocess" else None
+    null = (
+        NullServer("grpc" if target.kind == "oip-grpc" else "http")
+        if measure_ceiling and target.kind != "inprocess"
+        else None
+    )
     try:
         if null is not None:
             null.__enter__()
         for level in load.levels:
-            result = await measure_level(target, model, requests, load, level, inputs.batch_size, reader if reader.available else None, progress)
+            result = await measure_level(
+                target,
+                model,
+                requests,
+                load,
+                level,
+                inputs.batch_size,
+                reader if reader.available else None,
+                progress,
+            )
             if result.summary.completed == 0 and result.errors:
                 result.failures.append(f"no request succeeded; errors: {dict(result.errors)}")
             if null is not None:

@@ -57,7 +57,9 @@ def split_plan(plan: WorkerPlan, workers: int) -> list[WorkerPlan]:
                 plan,
                 level=level,
                 request_count=None if plan.request_count is None else _share(plan.request_count, n, i),
-                window_requests=None if plan.window_requests is None else max(1, -(-plan.window_requests // n)),
+                window_requests=None
+                if plan.window_requests is None
+                else max(1, -(-plan.window_requests // n)),
                 warmup_requests=_share(plan.warmup_requests, n, i),
                 max_inflight=max(1, plan.max_inflight // n),
                 seed=plan.seed + 7919 * i,

@@ -24,19 +24,17 @@ import pickle
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
-from servelab.backends.base import Backend, BackendContext, Inputs, Outputs, concat_rows, param, split_rows
+from servelab.backends.base import Backend, BackendContext, Inputs, Outputs, concat_rows, split_rows
 from servelab.core.cache import ResponseCache, cache_key
 from servelab.core.stats import ModelStats
 from servelab.errors import InternalError, ServelabError
 from servelab.metrics.histograms import ModelHistograms
 from servelab.protocol import model_config_pb2 as mc
 
-__all__ = ["DirectScheduler", "ProcessInstance", "Scheduler", "execute_timed", "make_scheduler", "scheduler_factory"]
+__all__ = ["DirectScheduler", "ProcessInstance", "Scheduler", "execute_timed", "request_rows", "to_processes"]
 
 log = logging.getLogger("servelab.instances")
 
@@ -226,54 +224,23 @@ class DirectScheduler(Scheduler):
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _wants_processes(instances: list[Backend], config: mc.ModelConfig) -> bool:
-    mode = (param(config, "instance_mode", "auto") or "auto").strip().lower()
-    if mode not in ("auto", "thread", "process"):
-        raise ValueError(f"parameter 'instance_mode' must be auto, thread or process; got {mode!r}")
-    if mode == "thread":
-        return False
-    return mode == "process" or not instances[0].releases_gil
-
-
-def make_scheduler(
-    instances: list[Backend],
-    stats: ModelStats,
-    config: mc.ModelConfig,
-    *,
-    cache: ResponseCache | None = None,
-) -> Scheduler:
-    """The scheduler a config asks for: DynamicBatcher with ``dynamic_batching``, else DirectScheduler.
-
-    GIL-holding backends (or ``parameters { key: "instance_mode" value { string_value: "process" } }``)
-    move each instance into a worker process; the list ``instances`` is updated in place with the
-    process proxies, so unloading the version stops the workers. ``response_cache { enable: true }``
-    uses ``cache`` (the server's shared one) or, without one, a cache of this version alone.
-    """
-    if _wants_processes(instances, config):
-        to_processes(instances)
-    if config.response_cache.enable and cache is None:
-        cache = ResponseCache()
-    use_cache = cache if config.response_cache.enable else None
-    if config.HasField("dynamic_batching"):
-        from servelab.core.batching import DynamicBatcher
-
-        return DynamicBatcher(instances, stats, config, cache=use_cache)
-    return DirectScheduler(instances, stats, cache=use_cache)
-
-
-def scheduler_factory(
-    cache: ResponseCache | None = None,
-) -> Callable[[list[Backend], ModelStats, mc.ModelConfig], Scheduler]:
-    """A registry ``scheduler_factory`` whose versions share one server-wide response cache."""
-    return partial(make_scheduler, cache=cache)
-
-
 # ----- instances in worker processes (runtimes that hold the GIL) -----
 _START_TIMEOUT_S = 120.0
 
 
-def _serve(cls: type[Backend], ctx: BackendContext, conn: Any) -> None:
+def _payload(ctx: BackendContext) -> tuple[Any, ...]:
+    """A BackendContext as picklable parts (the generated ModelConfig class pickles only as bytes)."""
+    return (ctx.model_name, ctx.version, ctx.version_dir, ctx.config.SerializeToString(), ctx.threads, ctx.extra)
+
+
+def _context(payload: tuple[Any, ...]) -> BackendContext:
+    name, version, version_dir, config, threads, extra = payload
+    return BackendContext(name, version, version_dir, mc.ModelConfig.FromString(config), threads, None, extra)
+
+
+def _serve(cls: type[Backend], payload: tuple[Any, ...], conn: Any) -> None:
     """Child process: build the backend from its context, then answer execute calls until told to stop."""
+    ctx = _context(payload)
     try:
         backend = cls(ctx)
         backend.load()
@@ -307,7 +274,7 @@ class ProcessInstance(Backend):
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(
-            target=_serve, args=(self.inner_class, inner.ctx, child), daemon=True,
+            target=_serve, args=(self.inner_class, _payload(inner.ctx), child), daemon=True,
             name=f"instance-{inner.ctx.model_name}-{inner.ctx.version}",
         )
         self._lock = threading.Lock()
@@ -363,7 +330,7 @@ def _picklable(backend: Backend) -> bool:
     if backend.ctx.infer is not None:  # ensembles call back into this process
         return False
     try:
-        pickle.dumps((type(backend), backend.ctx))
+        pickle.dumps((type(backend), _payload(backend.ctx)))
     except Exception:
         return False
     return True

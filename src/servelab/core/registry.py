@@ -17,6 +17,7 @@ from enum import Enum
 from servelab.backends import backend_class
 from servelab.backends.base import Backend, BackendContext, InferFn
 from servelab.config.settings import ControlMode, default_threads
+from servelab.core.batching import make_scheduler
 from servelab.core.instances import DirectScheduler, Scheduler
 from servelab.core.stats import ModelStats
 from servelab.core.validation import Signature
@@ -85,7 +86,7 @@ class ModelRegistry:
         *,
         max_tensor_elements: int = 64 * 1024 * 1024,
         drain_timeout_s: float = 30.0,
-        scheduler_factory: SchedulerFactory = _direct,
+        scheduler_factory: SchedulerFactory = make_scheduler,
         cores: int | None = None,
         poll_secs: float = 15.0,
     ) -> None:

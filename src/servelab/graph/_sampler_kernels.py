@@ -53,7 +53,7 @@ def _sample_row(
         j = d - k + m
         st += _GOLD
         u = np.float64(_mix(st) >> _S11) * _INV53
-        t = np.int64(u * (j + 1))
+        t = int(u * (j + 1))
         for q in range(m):
             if out[off + q] == t:
                 t = j
@@ -97,7 +97,7 @@ def _draw_parallel(
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _slot(keys: np.ndarray, gid: int, shift: np.uint64, mask: int) -> int:
+def _slot(keys: np.ndarray, gid: int, shift: np.uint64, mask: int) -> np.int64:
     h = np.int64((np.uint64(gid) * _GOLD) >> shift)
     while keys[h] != -1 and keys[h] != gid:
         h = (h + 1) & mask

@@ -176,8 +176,11 @@ def _openvino_runner(path: Path, threads: int) -> LayersFn:
 
 
 def _torchscript_runner(path: Path, threads: int) -> LayersFn:
-    torch.set_num_threads(threads)
-    return _eager(torch.jit.load(str(path)).eval())  # type: ignore[arg-type]
+    torch.set_num_threads(threads)  # process-wide: torch has no per-module thread pool
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # jit.load is deprecated, still the format
+        scripted = torch.jit.load(str(path))
+    return _eager(scripted.eval())  # type: ignore[arg-type]
 
 
 def load_runner(runtime: str, path: Path, threads: int = 1) -> LayersFn:

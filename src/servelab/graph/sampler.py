@@ -129,7 +129,7 @@ class NumbaSampler:
                 if self.threads is not None:
                     import numba
 
-                    numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+                    numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
                 out = self._kernel(self.indptr, self.indices, s, f0, f1, rng, True)
         else:
             out = self._kernel(self.indptr, self.indices, s, f0, f1, rng, False)

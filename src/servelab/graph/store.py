@@ -161,6 +161,8 @@ def _progress(enabled: bool) -> Iterator[tuple[Step, Step]]:
             bar.update(task, completed=done, total=total)
 
         yield step, rows
+        total = bar.tasks[0].total or 1
+        bar.update(task, total=total, completed=total)
 
 
 def build_store(

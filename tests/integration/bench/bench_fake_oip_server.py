@@ -26,7 +26,9 @@ def make_app(delays: list[float], weights: list[float], drift_per_s: float, seed
     state = {"count": 0, "first": 0.0, "queue_ns": 0, "infer_ns": 0}
 
     async def server_meta(_req: web.Request) -> web.Response:
-        return web.json_response({"name": "fake", "version": "1", "extensions": ["binary_tensor_data", "statistics"]})
+        return web.json_response(
+            {"name": "fake", "version": "1", "extensions": ["binary_tensor_data", "statistics"]}
+        )
 
     async def ready(_req: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -34,7 +36,9 @@ def make_app(delays: list[float], weights: list[float], drift_per_s: float, seed
     async def model_meta(req: web.Request) -> web.Response:
         name = req.match_info["model"]
         inputs = [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]}]
-        return web.json_response({"name": name, "versions": ["1"], "platform": "fake", "inputs": inputs, "outputs": []})
+        return web.json_response(
+            {"name": name, "versions": ["1"], "platform": "fake", "inputs": inputs, "outputs": []}
+        )
 
     async def infer(req: web.Request) -> web.Response:
         body = await req.read()
@@ -63,7 +67,9 @@ def make_app(delays: list[float], weights: list[float], drift_per_s: float, seed
             "compute_output": {"count": n, "ns": 0},
         }
         name = req.match_info["model"]
-        return web.json_response({"model_stats": [{"name": name, "version": "1", "inference_stats": inference_stats}]})
+        return web.json_response(
+            {"model_stats": [{"name": name, "version": "1", "inference_stats": inference_stats}]}
+        )
 
     async def counter(_req: web.Request) -> web.Response:
         return web.json_response({"count": state["count"]})

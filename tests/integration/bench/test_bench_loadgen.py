@@ -19,8 +19,12 @@ from servelab.bench.nullserver import NullServer
 
 FAKE = Path(__file__).with_name("bench_fake_oip_server.py")
 FAST_S, SLOW_S = 0.020, 0.080  # 90% / 10% of requests
-SLACK_S = 0.010  # loop wake-ups (ms timers), HTTP and other processes on a shared 2-core machine
 PRECISION = 0.01
+
+
+def _upper_s(injected_s: float) -> float:
+    """Scheduling slack: ms loop timers, HTTP, and other processes stalling us on a shared 2-core machine."""
+    return injected_s * 1.25 + 0.005
 
 
 class FakeServer:
@@ -75,7 +79,9 @@ def test_closed_loop_sends_exactly_the_requests_asked(mixture: FakeServer) -> No
 
 def test_open_loop_sends_exactly_the_requests_asked_at_the_rate(mixture: FakeServer) -> None:
     before = mixture.count()
-    load = LoadSpec(mode="request_rate", levels=(200,), request_count=150, warmup_requests=0, measurement_interval_ms=250)
+    load = LoadSpec(
+        mode="request_rate", levels=(200,), request_count=150, warmup_requests=0, measurement_interval_ms=250
+    )
     result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
     assert mixture.count() - before == 150
     assert result.summary.completed == 150
@@ -93,11 +99,18 @@ def test_multi_process_workers_split_the_request_count(mixture: FakeServer) -> N
 @pytest.mark.parametrize("mode", ["concurrency", "request_rate"])
 def test_percentiles_match_the_injected_distribution(mixture: FakeServer, mode: str) -> None:
     level = 8 if mode == "concurrency" else 300
-    load = LoadSpec(mode=mode, levels=(level,), arrivals="poisson", measurement_interval_ms=400, max_windows=4, stability_percentage=100)  # type: ignore[arg-type]
+    load = LoadSpec(
+        mode=mode,
+        levels=(level,),
+        arrivals="poisson",
+        measurement_interval_ms=400,
+        max_windows=4,
+        stability_percentage=100,
+    )  # type: ignore[arg-type]
     result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
     lat = result.summary.percentiles_ms()
-    assert FAST_S * (1 - PRECISION) * 1e3 <= lat["p50"] <= (FAST_S + SLACK_S) * 1e3, lat
-    assert SLOW_S * (1 - PRECISION) * 1e3 <= lat["p99"] <= (SLOW_S + SLACK_S) * 1e3, lat
+    assert FAST_S * (1 - PRECISION) * 1e3 <= lat["p50"] <= _upper_s(FAST_S) * 1e3, lat
+    assert SLOW_S * (1 - PRECISION) * 1e3 <= lat["p99"] <= _upper_s(SLOW_S) * 1e3, lat
     # the statistics extension reports the injected sleeps as queue time: mean 0.9*20 + 0.1*80 = 26 ms
     assert result.server is not None
     assert result.server["queue_us"] == pytest.approx(26_000, rel=0.15)
@@ -124,7 +137,7 @@ def test_stability_rule_runs_to_max_windows_when_latency_drifts() -> None:
 
 
 def test_client_limited_against_null_server_but_not_against_a_slow_one(mixture: FakeServer) -> None:
-    load = LoadSpec(levels=(8,), measurement_interval_ms=300, max_windows=4, stability_percentage=100)
+    load = LoadSpec(levels=(8,), measurement_interval_ms=200, max_windows=3, stability_percentage=100)
     slow = run_sweep(_target(mixture), "m", load, InputSpec()).levels[0]
     assert slow.ceiling_rps is not None and slow.client_limited is False
     with NullServer("http") as null:
@@ -158,3 +171,37 @@ def test_inprocess_onnx_target(tmp_path: Path) -> None:
     result = run_sweep(TargetSpec("inprocess", str(path)), "relu", load, InputSpec(batch_size=3)).levels[0]
     assert result.summary.completed == 60 and not result.errors
     assert result.client_limited is None  # no wire, no ceiling
+
+
+def test_cli_writes_json_csv_and_html(mixture: FakeServer, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from servelab.cli import app
+
+    out, table, page = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.html"
+    args = [
+        "bench", "m", "--url", mixture.url, "--concurrency", "2,4", "--request-count", "40", "--warmup-requests", "0",
+        "--measurement-interval-ms", "200", "--no-ceiling", "--output", str(out), "--csv", str(table), "--html", str(page),
+    ]  # fmt: skip
+    before = mixture.count()
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert mixture.count() - before == 80
+    doc = json.loads(out.read_text())
+    levels = doc["sweeps"][0]["levels"]
+    assert [lv["level"] for lv in levels] == [2, 4] and all(lv["completed"] == 40 for lv in levels)
+    assert levels[0]["latency_ms"]["p50"] >= FAST_S * 1e3 * (1 - PRECISION)
+    assert len(table.read_text().splitlines()) == 3
+    assert page.read_text().count("data:image/png;base64,") == 2
+
+
+def test_cli_bad_input_is_a_clear_error(mixture: FakeServer) -> None:
+    from typer.testing import CliRunner
+
+    from servelab.cli import app
+
+    result = CliRunner().invoke(
+        app, ["bench", "m", "--url", mixture.url, "--shape", "INPUT0:9,9", "--no-ceiling"]
+    )
+    assert result.exit_code == 2
+    assert "does not fit the model's shape" in result.output

@@ -30,9 +30,12 @@ def _ensemble_config(reverse: bool = False) -> mc.ModelConfig:
     config.input.add(name="X", data_type=mc.TYPE_FP32, dims=[16])
     config.output.add(name="Z", data_type=mc.TYPE_FP32, dims=[8])
     config.output.add(name="S", data_type=mc.TYPE_FP32, dims=[1])
-    first = mc.ModelEnsembling.Step(model_name="mlp", model_version=-1, input_map={"x": "X"}, output_map={"y": "H"})
-    second = mc.ModelEnsembling.Step(model_name="scale", model_version=1, input_map={"V": "H"},
-                                     output_map={"SCALED": "Z", "ROWSUM": "S"})
+    first = mc.ModelEnsembling.Step(
+        model_name="mlp", model_version=-1, input_map={"x": "X"}, output_map={"y": "H"}
+    )
+    second = mc.ModelEnsembling.Step(
+        model_name="scale", model_version=1, input_map={"V": "H"}, output_map={"SCALED": "Z", "ROWSUM": "S"}
+    )
     steps = [second, first] if reverse else [first, second]
     config.ensemble_scheduling.step.extend(steps)
     return config
@@ -57,7 +60,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Backend]:
     return backends
 
 
-def _ensemble(models: dict[str, Backend], config: mc.ModelConfig, calls: list[tuple[str, str]]) -> EnsembleBackend:
+def _ensemble(
+    models: dict[str, Backend], config: mc.ModelConfig, calls: list[tuple[str, str]]
+) -> EnsembleBackend:
     def infer(name: str, version: str, inputs: Inputs) -> Outputs:
         calls.append((name, version))
         if name not in models:
@@ -118,7 +123,10 @@ def _broken(edit: str) -> mc.ModelConfig:
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
-        ("unknown tensor", r"step 1 \('scale'\) input 'V' reads tensor 'NOPE', which is neither an ensemble input"),
+        (
+            "unknown tensor",
+            r"step 1 \('scale'\) input 'V' reads tensor 'NOPE', which is neither an ensemble input",
+        ),
         ("output not produced", "output 'W' is not produced by any step"),
         ("cycle", r"has a cycle: step 0 \('mlp'\) waits for \['S'\]"),
         ("two producers", r"tensor 'H' is produced by both step 0 \('mlp'\) and step 1 \('scale'\)"),

@@ -70,13 +70,27 @@ def test_autocomplete_full_rank_dims_mean_no_batching(mlp_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("tensor", "match"),
     [
-        (mc.ModelInput(name="x", data_type=mc.TYPE_FP16, dims=[16]), "input 'x': config data_type TYPE_FP16 but the model has TYPE_FP32"),
-        (mc.ModelInput(name="x", data_type=mc.TYPE_FP32, dims=[4, 4, 16]), r"input 'x': config dims \[4, 4, 16\] \(rank 3\)"),
-        (mc.ModelInput(name="x", data_type=mc.TYPE_FP32, dims=[15]), r"config dims \[15\] but the model has dims \[16\]"),
-        (mc.ModelInput(name="nope", data_type=mc.TYPE_FP32, dims=[16]), r"config input 'nope' is not in the model.*\['x'\]"),
+        (
+            mc.ModelInput(name="x", data_type=mc.TYPE_FP16, dims=[16]),
+            "input 'x': config data_type TYPE_FP16 but the model has TYPE_FP32",
+        ),
+        (
+            mc.ModelInput(name="x", data_type=mc.TYPE_FP32, dims=[4, 4, 16]),
+            r"input 'x': config dims \[4, 4, 16\] \(rank 3\)",
+        ),
+        (
+            mc.ModelInput(name="x", data_type=mc.TYPE_FP32, dims=[15]),
+            r"config dims \[15\] but the model has dims \[16\]",
+        ),
+        (
+            mc.ModelInput(name="nope", data_type=mc.TYPE_FP32, dims=[16]),
+            r"config input 'nope' is not in the model.*\['x'\]",
+        ),
     ],
 )
-def test_autocomplete_mismatch_names_tensor_and_values(mlp_dir: Path, tensor: mc.ModelInput, match: str) -> None:
+def test_autocomplete_mismatch_names_tensor_and_values(
+    mlp_dir: Path, tensor: mc.ModelInput, match: str
+) -> None:
     config = mc.ModelConfig(name="m", max_batch_size=8)
     config.input.append(tensor)
     with pytest.raises(InvalidArgument, match=match):
@@ -126,7 +140,9 @@ def test_a_request_that_fails_at_run_time_fails_alone(tmp_path: Path) -> None:
     table = helper.make_tensor("table", TensorProto.FLOAT, [4, 2], np.arange(8, dtype=np.float32).tolist())
     idx = helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch"])
     out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 2])
-    graph = helper.make_graph([helper.make_node("Gather", ["table", "idx"], ["out"])], "g", [idx], [out], [table])
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "idx"], ["out"])], "g", [idx], [out], [table]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     onnx.save(model, str(tmp_path / "model.onnx"))
@@ -143,8 +159,12 @@ def test_a_request_that_fails_at_run_time_fails_alone(tmp_path: Path) -> None:
 
 def test_parameters_are_applied_and_checked(mlp_dir: Path) -> None:
     config = mc.ModelConfig(name="m")
-    for key, value in {"intra_op_thread_count": "2", "inter_op_thread_count": "1",
-                       "graph_optimization_level": "basic", "allow_spinning": "0"}.items():
+    for key, value in {
+        "intra_op_thread_count": "2",
+        "inter_op_thread_count": "1",
+        "graph_optimization_level": "basic",
+        "allow_spinning": "0",
+    }.items():
         config.parameters[key].string_value = value
     backend = _loaded(mlp_dir, config)
     assert backend.session is not None

@@ -57,7 +57,9 @@ def test_autocomplete_from_ir(ir_dir: Path) -> None:
     assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [("y", mc.TYPE_FP32, [8])]
     bad = mc.ModelConfig(name="m")
     bad.output.add(name="y", data_type=mc.TYPE_INT32, dims=[8])
-    with pytest.raises(InvalidArgument, match="output 'y': config data_type TYPE_INT32 but the model has TYPE_FP32"):
+    with pytest.raises(
+        InvalidArgument, match="output 'y': config data_type TYPE_INT32 but the model has TYPE_FP32"
+    ):
         OpenVinoBackend.autocomplete(bad, ir_dir)
 
 

@@ -19,7 +19,10 @@ from servelab.protocol import model_config_pb2 as mc
 
 @pytest.mark.parametrize(
     ("cls", "library", "extra"),
-    [(TensorRTBackend, "tensorrt", "servelab[tensorrt]"), (TensorFlowBackend, "tensorflow", "servelab[tensorflow]")],
+    [
+        (TensorRTBackend, "tensorrt", "servelab[tensorrt]"),
+        (TensorFlowBackend, "tensorflow", "servelab[tensorflow]"),
+    ],
 )
 def test_missing_library_names_the_pip_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cls: type, library: str, extra: str
@@ -36,7 +39,9 @@ def test_missing_library_names_the_pip_extra(
 def test_registry_imports_both_without_their_libraries() -> None:
     assert backend_class("tensorrt") is TensorRTBackend
     assert backend_class("tensorflow") is TensorFlowBackend
-    assert TensorRTBackend.platforms == ("tensorrt_plan",) and TensorFlowBackend.platforms == ("tensorflow_savedmodel",)
+    assert TensorRTBackend.platforms == ("tensorrt_plan",) and TensorFlowBackend.platforms == (
+        "tensorflow_savedmodel",
+    )
 
 
 def test_tensorflow_savedmodel_round_trip(tmp_path: Path) -> None:
@@ -45,15 +50,22 @@ def test_tensorflow_savedmodel_round_trip(tmp_path: Path) -> None:
     class Affine(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
         def serve(self, x: object) -> dict[str, object]:
-            return {"y": x * 2.0 + 1.0, "n": tf.reduce_sum(tf.ones_like(x, dtype=tf.int64), axis=1, keepdims=True)}
+            return {
+                "y": x * 2.0 + 1.0,
+                "n": tf.reduce_sum(tf.ones_like(x, dtype=tf.int64), axis=1, keepdims=True),
+            }
 
     module = Affine()
-    tf.saved_model.save(module, str(tmp_path / "model.savedmodel"), signatures={"serving_default": module.serve})
+    tf.saved_model.save(
+        module, str(tmp_path / "model.savedmodel"), signatures={"serving_default": module.serve}
+    )
     config = mc.ModelConfig(name="m")
     TensorFlowBackend.autocomplete(config, tmp_path)
     assert config.max_batch_size == 4
     assert {(t.name, t.data_type, tuple(t.dims)) for t in config.output} == {
-        ("y", mc.TYPE_FP32, (4,)), ("n", mc.TYPE_INT64, (1,))}
+        ("y", mc.TYPE_FP32, (4,)),
+        ("n", mc.TYPE_INT64, (1,)),
+    }
     backend = TensorFlowBackend(ctx(tmp_path, config))
     backend.load()
     x = np.arange(8, dtype=np.float32).reshape(2, 4)

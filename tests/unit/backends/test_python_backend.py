@@ -74,8 +74,23 @@ def test_bytes_echo(tmp_path: Path) -> None:
     assert out["OUT"].dtype == object and out["OUT"].tolist() == x.tolist()
 
 
-@pytest.mark.parametrize("dtype", ["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
-                                   "int64", "float16", "float32", "float64"])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "bool",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+    ],
+)
 def test_numeric_echo(tmp_path: Path, dtype: str) -> None:
     x = (np.arange(6).reshape(3, 2) % 2).astype(dtype)
     out = _backend(tmp_path, ECHO).infer({"IN": x})["OUT"]
@@ -90,7 +105,11 @@ def test_each_request_gets_its_rows_and_errors_fail_alone(tmp_path: Path) -> Non
     results = backend.execute(reqs)
     assert [r["ROWS"][0, 0] for r in results if isinstance(r, dict)] == [1, 3, 5]
     assert isinstance(results[1], InvalidArgument) and results[1].message == "13 is unlucky"
-    assert isinstance(results[4], InternalError) and "echo" in results[4].message and "seven" in results[4].message
+    assert (
+        isinstance(results[4], InternalError)
+        and "echo" in results[4].message
+        and "seven" in results[4].message
+    )
     np.testing.assert_array_equal(results[3]["OUT"], reqs[3]["IN"])  # type: ignore[index]
     with pytest.raises(InvalidArgument, match="unlucky"):
         backend.infer({"IN": np.array([[13]], dtype=np.int32)})
@@ -99,8 +118,10 @@ def test_each_request_gets_its_rows_and_errors_fail_alone(tmp_path: Path) -> Non
 def test_exception_in_execute_fails_every_request(tmp_path: Path) -> None:
     source = "class Model:\n    def execute(self, requests):\n        raise RuntimeError('boom')\n"
     results = _backend(tmp_path, source).execute([{"IN": np.zeros((1, 1))}, {"IN": np.zeros((2, 1))}])
-    assert all(isinstance(r, InternalError) and "python model 'echo'" in r.message and "boom" in r.message
-               for r in results)
+    assert all(
+        isinstance(r, InternalError) and "python model 'echo'" in r.message and "boom" in r.message
+        for r in results
+    )
 
 
 def test_wrong_result_count_and_missing_output(tmp_path: Path) -> None:
@@ -142,7 +163,10 @@ def test_triton_pb_utils_style_model(tmp_path: Path) -> None:
     [
         ("x = 1\n", "defines neither class TritonPythonModel nor Model"),
         ("import no_such_module_here\n", "importing .*model.py for model 'echo' failed.*no_such_module_here"),
-        ("class Model:\n    def initialize(self, args):\n        raise KeyError('k')\n", r"initialize\(\) of model 'echo' failed"),
+        (
+            "class Model:\n    def initialize(self, args):\n        raise KeyError('k')\n",
+            r"initialize\(\) of model 'echo' failed",
+        ),
     ],
 )
 def test_broken_model_files_fail_load_clearly(tmp_path: Path, source: str, match: str) -> None:

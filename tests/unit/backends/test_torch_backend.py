@@ -80,7 +80,9 @@ def test_autocomplete_torch_export_renames_by_position_and_checks(program_dir: P
     assert [t.name for t in config.input] == ["INPUT__0"] and config.max_batch_size == 32
     bad = _mlp_config()
     bad.input[0].data_type = mc.TYPE_INT64
-    with pytest.raises(InvalidArgument, match="input 'INPUT__0': config data_type TYPE_INT64 but the model has TYPE_FP32"):
+    with pytest.raises(
+        InvalidArgument, match="input 'INPUT__0': config data_type TYPE_INT64 but the model has TYPE_FP32"
+    ):
         TorchBackend.autocomplete(bad, program_dir)
 
 

@@ -49,8 +49,10 @@ def decode_parameters(params: Any, where: str) -> dict[str, Any]:
     for key, p in params.items():
         choice = p.WhichOneof("parameter_choice")
         if choice is None:
-            raise InvalidArgument(f"{where}: parameter '{key}' has no value; set one of bool_param, "
-                                  "int64_param, uint64_param, double_param or string_param")
+            raise InvalidArgument(
+                f"{where}: parameter '{key}' has no value; set one of bool_param, "
+                "int64_param, uint64_param, double_param or string_param"
+            )
         out[key] = getattr(p, choice)
     return out
 
@@ -107,7 +109,9 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
 
 
 def encode_response(response: InferResponse) -> pb.ModelInferResponse:
-    msg = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
+    msg = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
     encode_parameters(response.parameters, msg.parameters)
     for t in response.outputs:
         out = msg.outputs.add()

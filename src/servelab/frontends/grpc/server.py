@@ -1,9 +1,8 @@
 """Start the gRPC front door: ``inference.GRPCInferenceService`` plus ``grpc.health.v1.Health``.
 
-    server = await start_grpc_server(dataplane, "127.0.0.1", 0)
-    port = bound_port(server)      # the port actually bound (useful with port 0)
-    ...
-    await server.stop(grace=5)
+``server = await start_grpc_server(dataplane, "127.0.0.1", 0)`` returns the started server;
+``bound_port(server)`` is the port actually bound (useful with port 0); ``await server.stop(grace_s)``
+stops it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc.aio
 from google.protobuf import json_format
@@ -28,7 +28,7 @@ __all__ = ["HealthServicer", "InferenceServicer"]
 
 log = logging.getLogger("servelab.grpc")
 
-Context = grpc.aio.ServicerContext
+Context: TypeAlias = grpc.aio.ServicerContext
 SERVICE_NAME = "inference.GRPCInferenceService"
 #: Requests of one ModelStreamInfer stream that may run at the same time.
 STREAM_WINDOW = 64
@@ -56,12 +56,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelReadyResponse(ready=self.dataplane.model_ready(request.name, request.version))
 
     @rpc
-    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> pb.ServerMetadataResponse:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
         meta = self.dataplane.server_metadata()
-        return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+        return pb.ServerMetadataResponse(
+            name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+        )
 
     @rpc
-    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
         meta = self.dataplane.model_metadata(request.name, request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
@@ -69,7 +75,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             versions=meta["versions"],
             platform=meta["platform"],
             inputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["inputs"]],
-            outputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["outputs"]],
+            outputs=[
+                tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["outputs"]
+            ],
         )
 
     @rpc
@@ -133,7 +141,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return pb.ModelStreamInferResponse(infer_response=await self._infer(request))
         except Exception as exc:
             _, message = describe(exc, "ModelStreamInfer")
-            echo = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
+            echo = pb.ModelInferResponse(
+                model_name=request.model_name, model_version=request.model_version, id=request.id
+            )
             return pb.ModelStreamInferResponse(error_message=message, infer_response=echo)
 
     # ----- repository -----
@@ -219,7 +229,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @rpc
     async def LogSettings(self, request: Any, context: Context) -> Any:
-        raise Unsupported("the logging extension is not supported by this server; set the log level at start-up")
+        raise Unsupported(
+            "the logging extension is not supported by this server; set the log level at start-up"
+        )
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):

@@ -1,0 +1,110 @@
+"""The load generator's own ceiling: requests/s against the bench's null endpoint (which answers at
+once), at concurrency 1/8/64, one process against several worker processes, HTTP and gRPC.
+
+Ratios are against the single-process figure at the same concurrency, measured in the same run.
+Writes benchmarks/results/loadgen_ceiling.json. Run: .venv/bin/python benchmarks/loadgen_ceiling.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from servelab.bench import LoadSpec, TargetSpec, measure_level
+from servelab.bench.nullserver import NullServer
+
+RESULTS = Path(__file__).parent / "results" / "loadgen_ceiling.json"
+
+
+def _measure(
+    url: str, kind: str, concurrency: int, workers: int, interval_ms: int
+) -> dict[str, float | bool]:
+    load = LoadSpec(
+        levels=(concurrency,), measurement_interval_ms=interval_ms, max_windows=6, stability_percentage=10,
+        warmup_requests=100, workers=workers, max_level_s=30,
+    )  # fmt: skip
+    requests = [{"INPUT0": np.ones((1, 16), dtype=np.float32)}]
+    result = asyncio.run(measure_level(TargetSpec(kind, url), "null", requests, load, concurrency))  # type: ignore[arg-type]
+    return {
+        "throughput_rps": result.throughput_rps,
+        "p50_ms": result.summary.histogram.percentile(50) * 1e3,
+        "p99_ms": result.summary.histogram.percentile(99) * 1e3,
+        "stable": result.stable,
+        "errors": sum(result.errors.values()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes for the multi-process rows")
+    parser.add_argument("--interval-ms", type=int, default=1000)
+    parser.add_argument("--concurrency", default="1,8,64")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    levels = [int(x) for x in args.concurrency.split(",")]
+    rows = []
+    for protocol, kind in (("http", "oip-http"), ("grpc", "oip-grpc")):
+        with NullServer(protocol) as null:
+            for c in levels:
+                single = _measure(null.url, kind, c, 1, args.interval_ms)
+                multi = _measure(null.url, kind, c, args.workers, args.interval_ms)
+                ratio = (
+                    multi["throughput_rps"] / single["throughput_rps"]
+                    if single["throughput_rps"]
+                    else float("nan")
+                )
+                rows.append(
+                    {
+                        "protocol": protocol,
+                        "concurrency": c,
+                        "single": single,
+                        "multi": multi,
+                        "multi_over_single": ratio,
+                    }
+                )
+    table = Table(title=f"load generator ceiling vs null endpoint ({os.cpu_count()} CPUs)")
+    for col in (
+        "protocol",
+        "concurrency",
+        "1 proc req/s",
+        f"{args.workers} procs req/s",
+        "ratio",
+        "1 proc p50 ms",
+        "stable",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        s, m = r["single"], r["multi"]
+        table.add_row(
+            r["protocol"], str(r["concurrency"]), f"{s['throughput_rps']:,.0f}", f"{m['throughput_rps']:,.0f}",
+            f"{r['multi_over_single']:.2f}x", f"{s['p50_ms']:.3f}", f"{s['stable']}/{m['stable']}",
+        )  # fmt: skip
+    Console(width=120).print(table)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "benchmark": "loadgen_ceiling",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "baseline": "single process at the same concurrency",
+        "note": "the null server runs in its own process on the same CPUs, so on 2 cores it competes with the workers",
+        "rows": rows,
+    }
+    args.output.write_text(json.dumps(doc, indent=2))
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Stopping the server that start_grpc_server returns: an in-flight request still gets its answer,
+new requests are refused meanwhile. The request is held in flight by the ``gated`` Python model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc_harness
+import numpy as np
+import pytest
+import tritonclient.grpc as tc
+from grpc_harness import add_gated_model, build_test_repository, running_server
+
+from servelab.protocol import grpc_service_pb2 as pb
+from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
+
+
+@pytest.fixture
+def gated_repo(tmp_path: Path) -> Path:
+    repo = build_test_repository(tmp_path / "repo")
+    add_gated_model(repo)
+    return repo
+
+
+def test_stop_with_grace_finishes_in_flight_and_refuses_new(gated_repo: Path) -> None:
+    grpc_harness.GATE_ENTERED.clear()
+    grpc_harness.GATE_RELEASE.clear()
+    with running_server(gated_repo, load=["gated"]) as server:
+        results: list[Any] = []
+        x = np.array([[1.5, -2.0]], dtype=np.float32)
+
+        def call() -> None:
+            with tc.InferenceServerClient(server.address) as client:
+                inp = tc.InferInput("INPUT0", [1, 2], "FP32")
+                inp.set_data_from_numpy(x)
+                try:
+                    results.append(client.infer("gated", [inp], client_timeout=30).as_numpy("OUTPUT0"))
+                except Exception as exc:  # recorded and asserted below
+                    results.append(exc)
+
+        worker = threading.Thread(target=call)
+        worker.start()
+        try:
+            assert grpc_harness.GATE_ENTERED.wait(10), "the gated model never started executing"
+            assert server.server is not None
+            stopping = asyncio.run_coroutine_threadsafe(server.server.stop(grace=20), server.loop)
+            assert _refused_soon(server.address), "a new request was still served after stop() began"
+            assert not stopping.done()
+        finally:
+            grpc_harness.GATE_RELEASE.set()
+            worker.join(30)
+        stopping.result(timeout=30)
+    assert len(results) == 1
+    assert isinstance(results[0], np.ndarray), results[0]
+    np.testing.assert_array_equal(results[0], x)
+
+
+def _refused_soon(address: str, attempts: int = 100) -> bool:
+    """True once a fresh ServerLive call fails (the listener closes as stop() begins)."""
+    for _ in range(attempts):
+        with grpc.insecure_channel(address) as channel:
+            try:
+                pb_grpc.GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=2)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    return True
+    return False

@@ -1,0 +1,131 @@
+"""Instance groups: the scheduler a config gets, worker processes for GIL-holding runtimes, and real
+ONNX models served through the Engine with several instances and dynamic batching."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from batching_testutil import (
+    ChildFailingBackend,
+    GilBackend,
+    config,
+    context,
+    linear_onnx,
+    rows,
+    stats,
+    timed,
+)
+
+from servelab.backends.base import Backend
+from servelab.core.batching import DynamicBatcher, make_scheduler
+from servelab.core.instances import DirectScheduler, ProcessInstance
+from servelab.engine import Engine
+from servelab.errors import InternalError
+
+
+def test_config_picks_the_scheduler() -> None:
+    plain, batching = config(4), config(4, delay_us=100)
+    direct = make_scheduler(timed(plain), stats(), plain)
+    batcher = make_scheduler(timed(batching), stats(), batching)
+    try:
+        assert type(direct) is DirectScheduler and type(batcher) is DynamicBatcher
+        assert direct.cache is None and batcher.cache is None
+        np.testing.assert_array_equal(direct.run({"x": rows(2)})["y"], 2 * rows(2))
+    finally:
+        direct.close()
+        batcher.close()
+
+
+def test_direct_scheduler_spreads_requests_over_instances() -> None:
+    cfg = config(4)
+    backends = timed(cfg, n=2, delay_s=0.05)
+    s = make_scheduler(backends, stats(), cfg)
+
+    async def main() -> None:
+        await asyncio.gather(*(s.run_async({"x": rows(1, seed=i)}) for i in range(4)))
+
+    try:
+        asyncio.run(main())
+    finally:
+        s.close()
+    assert [b.calls for b in backends] == [2, 2]  # type: ignore[attr-defined]
+    assert s.stats.execution_count == 4
+
+
+def test_gil_holding_runtime_runs_in_worker_processes() -> None:
+    cfg = config(4, delay_us=0)
+    cfg.output.add(name="pid", data_type=cfg.input[0].data_type, dims=[1])
+    instances: list[Backend] = [GilBackend(context(cfg)) for _ in range(2)]
+    for b in instances:
+        b.load()
+    s = make_scheduler(instances, stats(), cfg)
+    try:
+        assert all(isinstance(b, ProcessInstance) for b in instances)  # replaced in place
+        pids = {b.pid for b in instances}  # type: ignore[attr-defined]
+        assert os.getpid() not in pids and len(pids) == 2
+        xs = [rows(2, seed=i) for i in range(12)]
+        with ThreadPoolExecutor(4) as pool:
+            outs = list(pool.map(lambda x: s.run({"x": x}), xs))
+        for x, out in zip(xs, outs, strict=True):
+            np.testing.assert_array_equal(out["y"], 2 * x)
+        seen = {int(p) for out in outs for p in out["pid"].ravel()}
+        assert seen <= pids and os.getpid() not in seen
+    finally:
+        s.close()
+        for b in instances:
+            b.unload()
+    assert not any(b._process.is_alive() for b in instances)  # type: ignore[attr-defined]
+
+
+def test_instance_mode_thread_keeps_gil_runtimes_in_process() -> None:
+    cfg = config(4, params={"instance_mode": "thread"})
+    cfg.output.add(name="pid", data_type=cfg.input[0].data_type, dims=[1])
+    instances: list[Backend] = [GilBackend(context(cfg))]
+    instances[0].load()
+    s = make_scheduler(instances, stats(), cfg)
+    try:
+        assert isinstance(instances[0], GilBackend)
+        assert int(s.run({"x": rows(1)})["pid"][0, 0]) == os.getpid()
+    finally:
+        s.close()
+
+
+def test_a_worker_that_fails_to_load_fails_the_load() -> None:
+    cfg = config(4)
+    parent = ChildFailingBackend(context(cfg))
+    parent.load()  # loads here, fails in the worker process
+    instances: list[Backend] = [parent]
+    with pytest.raises(InternalError, match="failed to load in its worker process: RuntimeError"):
+        make_scheduler(instances, stats(), cfg)
+
+
+def _repo(root: Path, body: str) -> np.ndarray:
+    w = linear_onnx(root / "lin" / "1" / "model.onnx")
+    (root / "lin" / "config.pbtxt").write_text(
+        'name: "lin"\nbackend: "onnxruntime"\nmax_batch_size: 16\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [3] }]\n' + body
+    )
+    return w
+
+
+def test_onnx_instance_group_with_dynamic_batching_through_the_engine(tmp_path: Path) -> None:
+    w = _repo(tmp_path, "instance_group [{ count: 2 kind: KIND_CPU }]\n"
+                        "dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
+    with Engine(tmp_path) as engine:
+        lv = engine.dataplane.registry.get("lin")
+        assert isinstance(lv.scheduler, DynamicBatcher) and len(lv.instances) == 2
+        assert all(b.ctx.threads == max(1, engine.dataplane.registry.cores // 2) for b in lv.instances)
+        xs = [rows(1, seed=i) for i in range(32)]
+        with ThreadPoolExecutor(16) as pool:
+            outs = list(pool.map(lambda x: engine.infer("lin", {"x": x}), xs))
+        for x, out in zip(xs, outs, strict=True):
+            np.testing.assert_allclose(out["y"], x @ w, rtol=1e-5, atol=1e-5)
+        s = engine.get_inference_statistics("lin")["model_stats"][0]
+        assert s["inference_count"] == 32 and s["execution_count"] < 32  # requests were merged
+        assert s["inference_stats"]["success"]["count"] == 32
