@@ -170,13 +170,21 @@ async def _ticker(plan: WorkerPlan, windows: _Windows, stop: asyncio.Event) -> N
             windows.roll(time.perf_counter())
 
 
-async def run_worker(client: Client, plan: WorkerPlan, emit: Emit, stop: asyncio.Event) -> int:
+async def run_worker(
+    client: Client,
+    plan: WorkerPlan,
+    emit: Emit,
+    stop: asyncio.Event,
+    on_measuring: Callable[[], None] | None = None,
+) -> int:
     """Warm up, then load until ``stop`` is set, the request budget is spent or ``max_s`` passes.
 
-    Returns the number of measured requests sent. With ``request_count``, the final (partial) window
+    ``on_measuring`` is called once warm-up is over. Returns the number of measured requests sent. With ``request_count``, the final (partial) window
     is emitted with ``final=True`` once every request has completed.
     """
     await _warmup(client, plan)
+    if on_measuring is not None:
+        on_measuring()
     windows = _Windows(plan, emit)
     budget = _Budget(plan.request_count, client.n_prepared)
     load_done = asyncio.Event()

@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from servelab.bench.report import CSV_COLUMNS, level_row
 from servelab.bench.results import SweepResult
@@ -52,6 +53,9 @@ def latency_cdf_png(sweeps: list[SweepResult]) -> bytes:
                 load = f"c={lv.level:g}" if lv.mode == "concurrency" else f"{lv.level:g}/s"
                 ax.step(xs * 1e3, ys, where="post", label=f"{s.kind} {load}")
     ax.set_xscale("log")
+    plain = FuncFormatter(lambda x, _pos: f"{x:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
     ax.set_xlabel("latency (ms)")
     ax.set_ylabel("fraction of requests")
     ax.set_title("latency CDF")

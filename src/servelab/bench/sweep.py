@@ -104,7 +104,7 @@ async def measure_level(
     snaps = [await stats_reader.snapshot()] if stats_reader else []
     rss: list[int] = []
     failures: list[str] = []
-    sent = 0
+    sent = measuring = 0
     async for event in run_level_events(jobs, stop):
         if event[0] == "window":
             _, worker, index, stats, _final = event
@@ -120,6 +120,10 @@ async def measure_level(
                 is_stable(col.complete, load.stability_percentage) or len(col.complete) >= load.max_windows
             ):
                 stop.set()
+        elif event[0] == "measuring":
+            measuring += 1
+            if stats_reader and measuring == len(jobs):
+                snaps = [await stats_reader.snapshot()]  # warm-up stays out of the server-side split
         elif event[0] == "done":
             sent += event[2]
         else:

@@ -1,6 +1,7 @@
 """Run one load level in this event loop or in several processes, as one stream of events.
 
-Events are tuples: ``("window", worker, index, WindowStats, final)``, ``("done", worker, sent)`` and
+Events are tuples: ``("measuring", worker)`` once warm-up is over, ``("window", worker, index,
+WindowStats, final)``, ``("done", worker, sent)`` and
 ``("failed", worker, message)``. Worker processes are fresh interpreters (``python -c``), each with its
 own event loop (uvloop when installed): the job goes in as a pickle on stdin, windows come back as
 length-framed pickles on stdout. Unlike multiprocessing's ``spawn``, this never re-imports the
@@ -15,7 +16,7 @@ import os
 import pickle
 import struct
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
@@ -68,13 +69,13 @@ def split_plan(plan: WorkerPlan, workers: int) -> list[WorkerPlan]:
     return [p for p in plans if p.request_count != 0]
 
 
-async def _run_job(job: LevelJob, emit: Any, stop: asyncio.Event) -> int:
+async def _run_job(job: LevelJob, emit: Any, stop: asyncio.Event, on_measuring: Callable[[], None]) -> int:
     inflight = int(job.plan.level) if job.plan.mode == "concurrency" else job.plan.max_inflight
     client = make_client(job.target, job.model, max(1, inflight))
     client.prepare(job.requests)
     await client.start()
     try:
-        return await run_worker(client, job.plan, emit, stop)
+        return await run_worker(client, job.plan, emit, stop, on_measuring)
     finally:
         await client.close()
 
@@ -84,7 +85,8 @@ async def _local_events(job: LevelJob, stop: asyncio.Event) -> AsyncIterator[Eve
 
     async def main() -> None:
         try:
-            sent = await _run_job(job, lambda i, w, f: events.put_nowait(("window", 0, i, w, f)), stop)
+            emit = lambda i, w, f: events.put_nowait(("window", 0, i, w, f))  # noqa: E731
+            sent = await _run_job(job, emit, stop, lambda: events.put_nowait(("measuring", 0)))
             events.put_nowait(("done", 0, sent))
         except Exception as exc:
             events.put_nowait(("failed", 0, f"{type(exc).__name__}: {exc}"))
@@ -143,7 +145,8 @@ def child_main() -> None:
 
         loop.add_reader(fd, on_stdin)
         emit = lambda i, w, f: _write_event(out, ("window", worker, i, w.to_dict(), f))  # noqa: E731
-        _write_event(out, ("done", worker, await _run_job(job, emit, stop)))
+        measuring = lambda: _write_event(out, ("measuring", worker))  # noqa: E731
+        _write_event(out, ("done", worker, await _run_job(job, emit, stop, measuring)))
 
     try:
         asyncio.run(main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, cast
 
@@ -163,7 +164,7 @@ def bench(
     except ServelabError as exc:
         console.print(f"[red]error[/red] ({exc.code.value}): {exc.message}")
         raise typer.Exit(2) from exc
-    print_table([result], Console())
+    print_table([result], Console() if sys.stdout.isatty() else Console(width=160))
     for lv in result.levels:
         for failure in lv.failures:
             console.print(f"[red]level {lv.level:g}:[/red] {failure}")

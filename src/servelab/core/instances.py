@@ -21,6 +21,7 @@ import contextlib
 import logging
 import multiprocessing as mp
 import pickle
+import signal
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -240,6 +241,7 @@ def _context(payload: tuple[Any, ...]) -> BackendContext:
 
 def _serve(cls: type[Backend], payload: tuple[Any, ...], conn: Any) -> None:
     """Child process: build the backend from its context, then answer execute calls until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this worker stops
     ctx = _context(payload)
     try:
         backend = cls(ctx)
@@ -327,7 +329,7 @@ class ProcessInstance(Backend):
 
 
 def _picklable(backend: Backend) -> bool:
-    if backend.ctx.infer is not None:  # ensembles call back into this process
+    if backend.kind == "ensemble":  # its steps call back into this process's data plane
         return False
     try:
         pickle.dumps((type(backend), _payload(backend.ctx)))
@@ -339,7 +341,8 @@ def _picklable(backend: Backend) -> bool:
 def to_processes(instances: list[Backend]) -> None:
     """Replace each instance, in place, by a worker process running its own copy (started in parallel).
 
-    Instances whose class or context cannot be pickled (ensembles) stay in threads. The in-process
+    The child gets the context without ``ctx.infer`` (calls back into the server cannot cross the
+    process); ensembles, which need it, and unpicklable classes stay in threads. The in-process
     copies are unloaded once every worker has loaded, so the model is not held twice.
     """
     if not all(_picklable(b) for b in instances):

@@ -31,6 +31,7 @@ from servelab.config.settings import ControlMode, ServerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.core.registry import ModelRegistry
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
+from servelab.metrics import ServerMetrics
 from servelab.repository import ModelRepository
 
 __all__ = ["Server"]
@@ -77,6 +78,8 @@ class Server:
             request_timeout_s=settings.limits.request_timeout_s,
             strict_readiness=settings.strict_readiness,
         )
+        #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
+        self.metrics = ServerMetrics(self.metrics_registry, self.registry)
         self.torchserve_defaults: dict[str, str] = {}
         self.ports: dict[str, int] = {}
         self._uvicorns: list[_Uvicorn] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -85,6 +86,19 @@ def export_onnx(model: SageLayers, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # The exporter prints progress lines and warns about optional torchvision ops: keep it quiet.
+    quiet = logging.getLogger("torch.onnx")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        _quiet_export(model, example, path, dims)
+    finally:
+        quiet.setLevel(level)
+    return path
+
+
+def _quiet_export(
+    model: SageLayers, example: tuple[torch.Tensor, ...], path: Path, dims: dict[str, dict[int, object]]
+) -> None:
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -97,7 +111,6 @@ def export_onnx(model: SageLayers, path: Path) -> Path:
             dynamo=True,
             external_data=False,
         )
-    return path
 
 
 def export_torchscript(model: SageLayers, path: Path) -> Path:

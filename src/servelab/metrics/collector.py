@@ -61,6 +61,7 @@ class _Version(Protocol):
     version: int
     stats: Any
     scheduler: Any
+    config: Any
 
 
 class _Record(Protocol):
@@ -96,6 +97,9 @@ class ModelCollector(Collector):
         pending = GaugeMetricFamily(
             "nv_inference_pending_request_count", "Instantaneous number of requests waiting in the queue",
             labels=list(_LABELS))
+        max_batch = GaugeMetricFamily(
+            "servelab_model_max_batch_size", "max_batch_size of the model's config (0: does not batch)",
+            labels=list(_LABELS))
         hists = {name: HistogramMetricFamily(name, doc, labels=list(_LABELS)) for name, (doc, _) in _HISTOGRAMS.items()}
         for lv in versions:
             labels = {"model": lv.name, "version": str(lv.version)}
@@ -103,6 +107,7 @@ class ModelCollector(Collector):
             for name, (_, path) in _COUNTERS.items():
                 counters[name].add_sample(name, labels, _read(snapshot, path))
             pending.add_metric([lv.name, str(lv.version)], float(getattr(lv.scheduler, "pending", 0)))
+            max_batch.add_metric([lv.name, str(lv.version)], float(lv.config.max_batch_size))
             observed: ModelHistograms | None = getattr(lv.scheduler, "histograms", None)
             if observed is None:
                 continue
@@ -112,6 +117,7 @@ class ModelCollector(Collector):
                 hists[name].add_metric([lv.name, str(lv.version)], buckets, total)
         yield from counters.values()
         yield pending
+        yield max_batch
         yield from hists.values()
 
 

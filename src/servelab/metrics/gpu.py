@@ -13,7 +13,10 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["NvmlCollector"]
+__all__ = ["NVML_METRICS", "NvmlCollector"]
+
+#: The families this collector writes when a GPU is present.
+NVML_METRICS = ("nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes")
 
 log = logging.getLogger("servelab.metrics")
 

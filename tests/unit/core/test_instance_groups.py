@@ -129,3 +129,38 @@ def test_onnx_instance_group_with_dynamic_batching_through_the_engine(tmp_path: 
         s = engine.get_inference_statistics("lin")["model_stats"][0]
         assert s["inference_count"] == 32 and s["execution_count"] < 32  # requests were merged
         assert s["inference_stats"]["success"]["count"] == 32
+
+
+PID_MODEL = '''
+import os
+import numpy as np
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = r.get("x")
+            out.append({"y": x * 2, "pid": np.full((len(x), 1), os.getpid(), dtype=np.int64)})
+        return out
+'''
+
+
+def test_python_backend_instances_run_in_worker_processes(tmp_path: Path) -> None:
+    (tmp_path / "py" / "1").mkdir(parents=True)
+    (tmp_path / "py" / "1" / "model.py").write_text(PID_MODEL)
+    (tmp_path / "py" / "config.pbtxt").write_text(
+        'name: "py"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }, { name: "pid" data_type: TYPE_INT64 dims: [1] }]\n'
+        "instance_group [{ count: 2 kind: KIND_CPU }]\n"
+    )
+    with Engine(tmp_path) as engine:
+        lv = engine.dataplane.registry.get("py")
+        assert all(isinstance(b, ProcessInstance) for b in lv.instances)
+        workers = [b for b in lv.instances if isinstance(b, ProcessInstance)]
+        outs = [engine.infer("py", {"x": rows(2, seed=i)}) for i in range(4)]
+        for i, out in enumerate(outs):
+            np.testing.assert_array_equal(out["y"], 2 * rows(2, seed=i))
+        assert {int(o["pid"][0, 0]) for o in outs} == {b.pid for b in workers}
+    assert not any(b._process.is_alive() for b in workers)

@@ -3,8 +3,8 @@
 Packed into the ``.mar`` by torch-model-archiver; imports only torch, numpy and the standard library.
 TorchServe calls ``handle(data, context)`` with a list of requests (several when ``batch_size`` > 1);
 each request's body is ``{input_name: nested list}`` (JSON, decoded by TorchServe) or raw little-endian
-float32 bytes. The requests are stacked into one batch, run once, and split back: one JSON answer
-``{"outputs": nested list}`` per request, in order. A bad request fails only itself.
+float32 bytes. The requests are stacked into one batch, run once, and split back: one compact JSON answer
+``{"outputs": nested list}`` per request, in order. A bad request fails only itself (HTTP 400).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class _Model:
         arr = np.asarray(body, dtype=np.float32)
         return arr if arr.ndim >= 2 else arr.reshape(1, -1)
 
-    def run(self, data: list[dict[str, Any]]) -> list[Any]:
-        answers: list[Any] = [None] * len(data)
+    def run(self, data: list[dict[str, Any]], context: Any) -> list[str]:
+        answers: list[str] = [""] * len(data)
         arrays: list[np.ndarray] = []
         slots: list[int] = []
         for i, request in enumerate(data):
@@ -56,14 +56,15 @@ class _Model:
                 arrays.append(self.decode(request))
                 slots.append(i)
             except (ValueError, TypeError) as exc:
-                answers[i] = {"error": f"bad request: {exc}"}
+                answers[i] = json.dumps({"error": f"bad request: {exc}"})
+                context.set_response_status(code=400, phrase="Bad Request", idx=i)
         if arrays:
             batch = torch.from_numpy(np.concatenate(arrays, axis=0))
             with torch.inference_mode():
                 out = self.module(batch).numpy()
             start = 0
             for i, arr in zip(slots, arrays, strict=True):
-                answers[i] = {"outputs": out[start : start + arr.shape[0]].tolist()}
+                answers[i] = json.dumps({"outputs": out[start : start + arr.shape[0]].tolist()}, separators=(",", ":"))
                 start += arr.shape[0]
         return answers
 
@@ -71,10 +72,10 @@ class _Model:
 _model = _Model()
 
 
-def handle(data: list[dict[str, Any]] | None, context: Any) -> list[Any] | None:
+def handle(data: list[dict[str, Any]] | None, context: Any) -> list[str] | None:
     """TorchServe's module-level entry point: initialise on first call, then one answer per request."""
     if _model.module is None:
         _model.load(context)
     if data is None:
         return None
-    return _model.run(data)
+    return _model.run(data, context)

@@ -30,7 +30,7 @@ class PeerEnv:
         if bad:
             raise InvalidArgument(f"peer {name!r}: torch must be pinned as {TORCH_PIN!r}, got {bad}")
         self.name = name
-        self.root = peers_dir / name / "venv"
+        self.root = peers_dir.resolve() / name / "venv"
         self.requirements = list(requirements)
         self.python_for_venv = python or sys.executable
 

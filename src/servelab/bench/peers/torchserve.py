@@ -23,7 +23,7 @@ from servelab.errors import InvalidArgument, Unavailable
 
 __all__ = ["REQUIREMENTS", "TorchServePeer"]
 
-REQUIREMENTS = ("torchserve==0.12.0", "torch-model-archiver==0.12.0", TORCH_PIN, "numpy", "psutil", "packaging")
+REQUIREMENTS = ("torchserve==0.12.0", "torch-model-archiver==0.12.0", TORCH_PIN, "numpy", "psutil", "packaging", "pyyaml")
 JAVA_HINT = "TorchServe needs Java 17 on PATH: apt-get install -y openjdk-17-jre-headless"
 _HANDLER = Path(__file__).with_name("_torchserve_handler.py")
 
@@ -150,7 +150,7 @@ class TorchServePeer(Peer):
             "url": f"{name}.mar", "model_name": name, "batch_size": self.batch_size,
             "max_batch_delay": self.max_batch_delay_ms, "initial_workers": self.workers, "synchronous": "true",
         })  # fmt: skip
-        status, body = http_status(f"{self.management_url}/models?{query}", "POST", b"", timeout_s=180.0)
+        status, body = http_status(f"{self.management_url}/models?{query}", "POST", None, timeout_s=180.0)
         if status != 200:
             raise Unavailable(f"TorchServe did not register {name} (HTTP {status}): {body[:300]!r}\n{self.process.log_tail()}")
         wait_until(self._worker_ready, 120.0, f"TorchServe worker for {name}", self.process.exited)

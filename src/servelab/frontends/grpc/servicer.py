@@ -131,6 +131,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             while (item := await done.get()) is not None:
                 yield item
             await reader  # re-raises a failure to read the client's stream
+        except Exception as exc:  # the stream itself broke: one mapped status, as for unary calls
+            code, message = describe(exc, "ModelStreamInfer")
+            await context.abort(code, message)
         finally:
             reader.cancel()
             for task in list(running):

@@ -1,0 +1,80 @@
+"""deploy/monitoring: the Prometheus scrape config and the Grafana dashboard parse, have the basic
+shape their tools expect, and reference only metric names a real servelab registry exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from servelab.engine import Engine
+from servelab.metrics import ServerMetrics, render
+from servelab.metrics.gpu import NVML_METRICS
+
+MONITORING = Path(__file__).resolve().parents[3] / "deploy" / "monitoring"
+METRIC = re.compile(r"\b((?:nv|servelab|process)_[a-zA-Z0-9_]+)")
+
+
+def _exported(tmp_path: Path) -> set[str]:
+    from onnx import TensorProto, helper, save
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
+    model = helper.make_model(helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "neg", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    (tmp_path / "neg" / "1").mkdir(parents=True)
+    save(model, str(tmp_path / "neg" / "1" / "model.onnx"))
+    (tmp_path / "neg" / "config.pbtxt").write_text(
+        'name: "neg"\nbackend: "onnxruntime"\nmax_batch_size: 4\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [2] }]\noutput [{ name: "y" data_type: TYPE_FP32 dims: [2] }]\n'
+        "dynamic_batching { }\n"
+    )
+    registry = CollectorRegistry()
+    with Engine(tmp_path) as engine:
+        ServerMetrics(registry, engine.dataplane.registry)
+        engine.infer("neg", {"x": np.ones((1, 2), np.float32)})
+        text = render(registry)[0].decode()
+    names = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name)
+        names.update(s.name for s in family.samples)
+    return names
+
+
+def test_prometheus_config_scrapes_servelab_metrics_port() -> None:
+    config = yaml.safe_load((MONITORING / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    job = jobs["servelab"]
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+    targets = [t for sc in job["static_configs"] for t in sc["targets"]]
+    assert any(t.endswith(":8002") for t in targets)
+
+
+def test_dashboard_schema_basics() -> None:
+    dash = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    assert dash["uid"] and dash["title"] and isinstance(dash["schemaVersion"], int)
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)) >= 8
+    for p in dash["panels"]:
+        assert p["type"] == "timeseries" and p["targets"]
+        assert {"x", "y", "w", "h"} <= set(p["gridPos"]) and p["gridPos"]["w"] <= 24
+        assert len({t["refId"] for t in p["targets"]}) == len(p["targets"])
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    assert exprs.count("histogram_quantile(0.99") >= 3  # request, queue, compute P99
+    assert "nv_inference_exec_count" in exprs and "servelab_model_max_batch_size" in exprs  # batch efficiency
+    assert "nv_inference_pending_request_count" in exprs  # queue depth
+
+
+def test_dashboard_uses_only_exported_metric_names(tmp_path: Path) -> None:
+    exported = _exported(tmp_path) | set(NVML_METRICS)  # GPU families appear only on GPU hosts
+    dash = (MONITORING / "grafana-dashboard.json").read_text()
+    used = set(METRIC.findall(dash))
+    assert used, "the dashboard queries no servelab metric"
+    unknown = sorted(used - exported)
+    assert not unknown, f"dashboard queries metrics the server does not export: {unknown}"
