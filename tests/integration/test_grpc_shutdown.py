@@ -45,7 +45,7 @@ def test_stop_with_grace_finishes_in_flight_and_refuses_new(gated_repo: Path) ->
         worker = threading.Thread(target=call)
         worker.start()
         try:
-            assert grpc_harness.GATE_ENTERED.wait(10), "the gated model never started executing"
+            assert grpc_harness.GATE_ENTERED.wait(10), f"the gated model never started executing: {results}"
             assert server.server is not None
             stopping = asyncio.run_coroutine_threadsafe(server.server.stop(grace=20), server.loop)
             assert _refused_soon(server.address), "a new request was still served after stop() began"

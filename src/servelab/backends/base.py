@@ -124,5 +124,12 @@ class Backend(ABC):
         except Exception as exc:  # runtime errors fail this request only
             return InternalError(f"{self.kind} failed on model '{self.ctx.model_name}': {exc}")
 
+    def stage_stats(self) -> dict[str, Any]:
+        """Cumulative time of the backend's own stages (e.g. sampling, gather, ensemble steps), if any.
+
+        Reported under ``stages`` in the statistics extension and exported as metrics.
+        """
+        return {}
+
     def unload(self) -> None:
         """Release the runtime's resources."""

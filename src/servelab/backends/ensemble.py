@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from servelab.backends.base import Backend, BackendContext, InferFn, Inputs, Outputs
 from servelab.errors import InternalError, InvalidArgument
@@ -150,6 +150,9 @@ class EnsembleBackend(Backend):
                     )
                 tensors[tensor] = result[model_output]
         return {name: tensors[name] for name in self._outputs}
+
+    def stage_stats(self) -> dict[str, Any]:
+        return {"steps": self.step_timings()}
 
     def step_timings(self) -> list[dict[str, object]]:
         """Per step: model, calls and cumulative nanoseconds, in run order."""

@@ -105,10 +105,11 @@ async def measure_level(
     rss: list[int] = []
     failures: list[str] = []
     sent = measuring = 0
+    decided = False
     async for event in run_level_events(jobs, stop):
         if event[0] == "window":
             _, worker, index, stats, _final = event
-            if not col.add(worker, index, stats):
+            if decided or not col.add(worker, index, stats):  # windows closed while draining do not count
                 continue
             if stats_reader:
                 snaps.append(await stats_reader.snapshot())
@@ -119,6 +120,7 @@ async def measure_level(
             if load.request_count is None and (
                 is_stable(col.complete, load.stability_percentage) or len(col.complete) >= load.max_windows
             ):
+                decided = True
                 stop.set()
         elif event[0] == "measuring":
             measuring += 1

@@ -206,17 +206,14 @@ class DataPlane:
 
     # ----- statistics and repository -----
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        rows: list[dict[str, Any]] = []
-        if name:
-            record = self.registry.record(name)
-            if version:
-                rows.append(self.registry.get(name, version).stats.as_dict())
-            else:
-                rows.extend(lv.stats.as_dict() for _, lv in sorted(record.versions.items()))
+        """Triton's statistics extension; backends with stages of their own add ``stages``."""
+        if name and version:
+            versions = [self.registry.get(name, version)]
+        elif name:
+            versions = [lv for _, lv in sorted(self.registry.record(name).versions.items())]
         else:
-            for record in self.registry.records():
-                rows.extend(lv.stats.as_dict() for _, lv in sorted(record.versions.items()))
-        return {"model_stats": rows}
+            versions = [lv for r in self.registry.records() for _, lv in sorted(r.versions.items())]
+        return {"model_stats": [_version_stats(lv) for lv in versions]}
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         rows = self.registry.index()
@@ -231,6 +228,14 @@ class DataPlane:
 
     def close(self) -> None:
         self.registry.close()
+
+
+def _version_stats(lv: LoadedVersion) -> dict[str, Any]:
+    row = lv.stats.as_dict()
+    stages = [s for s in (b.stage_stats() for b in lv.instances) if s]
+    if stages:
+        row["stages"] = stages[0] if len(stages) == 1 else stages
+    return row
 
 
 def _platform(config: mc.ModelConfig) -> str:

@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -135,6 +136,9 @@ class GraphSamplerBackend(Backend):
         """A consistent snapshot of the cumulative stage times and counts."""
         with self._lock:
             return self.stages.as_dict()
+
+    def stage_stats(self) -> dict[str, Any]:
+        return self.stage_times()
 
     def unload(self) -> None:
         self.sampler = None  # type: ignore[assignment]

@@ -1,0 +1,254 @@
+"""Serving overhead: servelab REST JSON, REST binary, gRPC and a bare FastAPI + onnxruntime baseline.
+
+    python benchmarks/serving_overhead.py [--duration-s 3] [--concurrency 1 8 64]
+
+Batch-1 requests for Triton's ``simple`` (INT32 [1, 16] add/sub) at each concurrency, closed loop,
+from aiohttp / grpc.aio clients in this process (the servers run in their own processes). Reports
+requests/s, P50 and P99 per (target, concurrency) and each servelab target's ratio to the baseline
+measured in the same run. Writes benchmarks/results/serving_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc.aio
+import numpy as np
+import orjson
+
+from servelab.protocol import grpc_service_pb2 as pb
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULT = HERE / "results" / "serving_overhead.json"
+A = np.arange(16, dtype=np.int32).reshape(1, 16)
+B = np.ones((1, 16), dtype=np.int32)
+EXPECTED = (A + B).reshape(-1).tolist()
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready within {timeout_s} s")
+
+
+def _build_repo(root: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("build_repository", ROOT / "examples" / "build_repository.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    repo = root / "repo"
+    repo.mkdir()
+    module.build_simple(repo)
+    return repo
+
+
+# ----- one request per protocol -----
+JSON_BODY = orjson.dumps({"inputs": [
+    {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": A.reshape(-1).tolist()},
+    {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": B.reshape(-1).tolist()},
+]})
+_BIN_HEADER = orjson.dumps({
+    "inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "parameters": {"binary_data_size": 64}},
+    ],
+    "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}},
+                {"name": "OUTPUT1", "parameters": {"binary_data": True}}],
+})
+BINARY_BODY = _BIN_HEADER + A.tobytes() + B.tobytes()
+BINARY_HEADERS = {"Inference-Header-Content-Length": str(len(_BIN_HEADER)), "Content-Type": "application/octet-stream"}
+
+
+def _grpc_request() -> bytes:
+    msg = pb.ModelInferRequest(model_name="simple")
+    for name, arr in (("INPUT0", A), ("INPUT1", B)):
+        t = msg.inputs.add(name=name, datatype="INT32")
+        t.shape.extend(arr.shape)
+        msg.raw_input_contents.append(arr.tobytes())
+    return msg.SerializeToString()
+
+
+Call = Callable[[], Awaitable[None]]
+
+
+def _http_call(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], binary: bool) -> Call:
+    async def call() -> None:
+        async with session.post(url, data=body, headers=headers) as r:
+            payload = await r.read()
+            if r.status != 200:
+                raise RuntimeError(f"{url}: {r.status} {payload[:200]!r}")
+            if binary:
+                n = int(r.headers["Inference-Header-Content-Length"])
+                got = np.frombuffer(payload[n : n + 64], dtype=np.int32).tolist()
+            else:
+                got = orjson.loads(payload)["outputs"][0]["data"]
+            if got != EXPECTED:
+                raise RuntimeError(f"{url}: wrong answer {got[:4]}")
+
+    return call
+
+
+def _grpc_call(channel: grpc.aio.Channel) -> Call:
+    method = channel.unary_unary(
+        "/inference.GRPCInferenceService/ModelInfer",
+        request_serializer=None, response_deserializer=pb.ModelInferResponse.FromString,
+    )
+    body = _grpc_request()
+
+    async def call() -> None:
+        response = await method(body)
+        if np.frombuffer(response.raw_output_contents[0], dtype=np.int32).tolist() != EXPECTED:
+            raise RuntimeError("grpc: wrong answer")
+
+    return call
+
+
+async def _closed_loop(call: Call, concurrency: int, warmup_s: float, duration_s: float) -> dict[str, Any]:
+    latencies: list[int] = []
+    errors: list[str] = []
+    measure_from = time.perf_counter() + warmup_s
+    stop_at = measure_from + duration_s
+
+    async def worker() -> None:
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= stop_at:
+                return
+            try:
+                await call()
+            except Exception as exc:
+                errors.append(repr(exc)[:200])
+                continue
+            if t0 >= measure_from:
+                latencies.append(time.perf_counter_ns() - int(t0 * 1e9))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    lat = np.array(latencies, dtype=np.float64) / 1e6 if latencies else np.zeros(1)
+    return {
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "requests_per_s": round(len(latencies) / duration_s, 1),
+        "p50_ms": round(float(np.percentile(lat, 50)), 3),
+        "p99_ms": round(float(np.percentile(lat, 99)), 3),
+    }
+
+
+async def _measure(targets: dict[str, str], concurrencies: list[int], warmup_s: float, duration_s: float) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    connector = aiohttp.TCPConnector(limit=max(concurrencies))
+    async with aiohttp.ClientSession(connector=connector) as session, grpc.aio.insecure_channel(targets["grpc"]) as channel:
+        calls: dict[str, Call] = {
+            "servelab_rest_json": _http_call(session, targets["rest"], JSON_BODY, {"Content-Type": "application/json"}, False),
+            "servelab_rest_binary": _http_call(session, targets["rest"], BINARY_BODY, BINARY_HEADERS, True),
+            "servelab_grpc": _grpc_call(channel),
+            "baseline_fastapi_ort_json": _http_call(session, targets["baseline"], JSON_BODY, {"Content-Type": "application/json"}, False),
+        }
+        for name, call in calls.items():
+            for c in concurrencies:
+                row = {"target": name, **await _closed_loop(call, c, warmup_s, duration_s)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+def _ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    base = {r["concurrency"]: r["requests_per_s"] for r in rows if r["target"].startswith("baseline")}
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if not r["target"].startswith("baseline") and base.get(r["concurrency"]):
+            out.setdefault(r["target"], {})[str(r["concurrency"])] = round(r["requests_per_s"] / base[r["concurrency"]], 3)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration-s", type=float, default=3.0)
+    parser.add_argument("--warmup-s", type=float, default=0.5)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--out", type=Path, default=RESULT)
+    args = parser.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = _build_repo(Path(tmp))
+        http, grpc_port, metrics, mgmt, base = _free_ports(5)
+        try:
+            servelab = subprocess.Popen(
+                [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--http-port", str(http), "--grpc-port",
+                 str(grpc_port), "--metrics-port", str(metrics), "--management-port", str(mgmt), "--log-level", "warning"],
+                env=env, stdout=subprocess.DEVNULL)
+            procs.append(servelab)
+            baseline = subprocess.Popen(
+                [sys.executable, str(HERE / "baselines" / "fastapi_ort.py"), str(repo / "simple" / "1" / "model.onnx"),
+                 "--port", str(base)], env=env)
+            procs.append(baseline)
+            _wait_ready(f"http://127.0.0.1:{http}/v2/health/ready", servelab)
+            _wait_ready(f"http://127.0.0.1:{base}/v2/health/ready", baseline)
+            targets = {
+                "rest": f"http://127.0.0.1:{http}/v2/models/simple/infer",
+                "grpc": f"127.0.0.1:{grpc_port}",
+                "baseline": f"http://127.0.0.1:{base}/v2/models/simple/infer",
+            }
+            rows = asyncio.run(_measure(targets, args.concurrency, args.warmup_s, args.duration_s))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    result = {
+        "benchmark": "serving_overhead",
+        "model": "simple (ONNX INT32 [1,16] add/sub), batch 1",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "duration_s": args.duration_s,
+        "results": rows,
+        "ratio_to_baseline_rps": _ratios(rows),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written {args.out}")
+
+
+if __name__ == "__main__":
+    main()
