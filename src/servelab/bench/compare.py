@@ -118,10 +118,14 @@ class CompareResult:
             "settings": spec,
             "rows": [asdict(r) for r in self.rows()],
             "targets": [
-                {"label": o.label, "description": o.description, "error": o.error,
-                 "levels": {str(b): lv.to_dict() for b, lv in o.levels.items()}}
+                {
+                    "label": o.label,
+                    "description": o.description,
+                    "error": o.error,
+                    "levels": {str(b): lv.to_dict() for b, lv in o.levels.items()},
+                }
                 for o in self.outcomes
-            ],  # fmt: skip
+            ],
         }
 
     def write_json(self, path: Path) -> None:
@@ -133,7 +137,9 @@ def _ratio(value: float, ref: float) -> float | None:
     return value / ref if ref > 0 and not math.isnan(ref) and not math.isnan(value) else None
 
 
-def _measure_target(spec: CompareSpec, choice: TargetChoice, outcome: TargetOutcome, progress: Progress) -> None:
+def _measure_target(
+    spec: CompareSpec, choice: TargetChoice, outcome: TargetOutcome, progress: Progress
+) -> None:
     family = find_family(spec.repository, spec.model)
     with open_target(choice, family, spec.peers, spec.model, progress) as target:
         outcome.description = target.description

@@ -205,3 +205,17 @@ def test_cli_bad_input_is_a_clear_error(mixture: FakeServer) -> None:
     )
     assert result.exit_code == 2
     assert "does not fit the model's shape" in result.output
+
+
+def test_open_loop_counts_queueing_from_the_scheduled_send_time(mixture: FakeServer) -> None:
+    # 200/s offered, but at most 2 in flight against ~26 ms requests: capacity ~77/s, so a backlog
+    # builds. Timed from the schedule, latency grows with the backlog (~8 ms per request); timed
+    # from the actual send it would stay near the injected 20/80 ms.
+    load = LoadSpec(
+        mode="request_rate", levels=(200,), max_inflight=2, request_count=60, warmup_requests=0,
+        measurement_interval_ms=200,
+    )  # fmt: skip
+    result = run_sweep(_target(mixture), "m", load, InputSpec(), measure_ceiling=False).levels[0]
+    assert result.summary.completed == 60
+    assert result.summary.histogram.percentile(50) > 0.1
+    assert result.summary.histogram.percentile(99) > 0.3

@@ -33,5 +33,7 @@ class OrtRuntime(MLModel):
             model_name=self.name,
             model_version=self.version,
             id=payload.id,
-            outputs=[NumpyCodec.encode_output(n, r) for n, r in zip(self._output_names, results, strict=True)],
+            outputs=[
+                NumpyCodec.encode_output(n, r) for n, r in zip(self._output_names, results, strict=True)
+            ],
         )

@@ -30,7 +30,9 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def http_status(url: str, method: str = "GET", body: bytes | None = None, timeout_s: float = 2.0) -> tuple[int, bytes]:
+def http_status(
+    url: str, method: str = "GET", body: bytes | None = None, timeout_s: float = 2.0
+) -> tuple[int, bytes]:
     """(status, body) of one request; (0, b"") when nothing answers."""
     headers = {"Content-Type": "application/json"} if body is not None else {}
     req = urllib.request.Request(url, data=body, method=method, headers=headers)

@@ -64,7 +64,9 @@ class _Model:
                 out = self.module(batch).numpy()
             start = 0
             for i, arr in zip(slots, arrays, strict=True):
-                answers[i] = json.dumps({"outputs": out[start : start + arr.shape[0]].tolist()}, separators=(",", ":"))
+                answers[i] = json.dumps(
+                    {"outputs": out[start : start + arr.shape[0]].tolist()}, separators=(",", ":")
+                )
                 start += arr.shape[0]
         return answers
 

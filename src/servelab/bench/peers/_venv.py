@@ -25,8 +25,14 @@ _STAMP = ".servelab-installed"
 class PeerEnv:
     """The venv of one peer; ``ensure()`` installs it once, later calls are free."""
 
-    def __init__(self, peers_dir: Path, name: str, requirements: Sequence[str], python: str | None = None) -> None:
-        bad = [r for r in requirements if r.split("[")[0].split("=")[0].strip().lower() == "torch" and r != TORCH_PIN]
+    def __init__(
+        self, peers_dir: Path, name: str, requirements: Sequence[str], python: str | None = None
+    ) -> None:
+        bad = [
+            r
+            for r in requirements
+            if r.split("[")[0].split("=")[0].strip().lower() == "torch" and r != TORCH_PIN
+        ]
         if bad:
             raise InvalidArgument(f"peer {name!r}: torch must be pinned as {TORCH_PIN!r}, got {bad}")
         self.name = name
@@ -70,12 +76,16 @@ class PeerEnv:
             out.write(("$ " + " ".join(argv) + "\n").encode())
             out.flush()
             try:
-                rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False).returncode
+                rc = subprocess.run(
+                    argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+                ).returncode
             except subprocess.TimeoutExpired:
                 rc = -1
         if rc != 0:
             tail = "\n".join(
-                line for line in log.read_text(errors="replace").splitlines()[-40:] if "is ignored: it is neither" not in line
+                line
+                for line in log.read_text(errors="replace").splitlines()[-40:]
+                if "is ignored: it is neither" not in line
             )
             raise Unavailable(
                 f"could not install {self.name}'s environment ({' '.join(argv[-3:])} exited {rc}); "

@@ -8,6 +8,7 @@ its own layout, in a temporary folder), ``start()`` (a process group of its own,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -62,7 +63,9 @@ class Endpoint:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-def wait_until(ready: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], str | None]) -> None:
+def wait_until(
+    ready: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], str | None]
+) -> None:
     """Poll ``ready`` (every 50 ms, backing off to 0.5 s) until it holds; fail early if the process died."""
     deadline = time.monotonic() + timeout_s
     pause = 0.05
@@ -80,7 +83,9 @@ def wait_until(ready: Callable[[], bool], timeout_s: float, what: str, alive: Ca
 class PeerProcess:
     """A server process in a new session (its own process group), its output in a log file."""
 
-    def __init__(self, argv: Sequence[str], log_path: Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], log_path: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.argv = list(argv)
         self.log_path = log_path
         self.cwd = cwd
@@ -129,10 +134,8 @@ class PeerProcess:
 
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class Peer(ABC):
@@ -169,7 +172,9 @@ class Peer(ABC):
         if self._own_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def _launch(self, argv: Sequence[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> PeerProcess:
+    def _launch(
+        self, argv: Sequence[str], cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> PeerProcess:
         self.process = PeerProcess(argv, self.work_dir / "logs" / f"{self.name}.log", cwd=cwd, env=env)
         self.process.start()
         return self.process
@@ -188,6 +193,8 @@ class Peer(ABC):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
         self.cleanup()

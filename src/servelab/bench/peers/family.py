@@ -48,7 +48,9 @@ class Family:
     def member(self, runtime: str) -> Member:
         if runtime not in self.members:
             have = {r: m.name for r, m in self.members.items()}
-            raise NotFound(f"no {runtime} model of {self.base!r} in {self.repository} (found {have or 'none'})")
+            raise NotFound(
+                f"no {runtime} model of {self.base!r} in {self.repository} (found {have or 'none'})"
+            )
         return self.members[runtime]
 
     def artefacts(self, runtime: str) -> ModelArtefacts:

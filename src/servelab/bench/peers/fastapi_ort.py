@@ -54,7 +54,7 @@ def create_app(model_path: str, name: str, intra_op_threads: int = 0) -> Any:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = intra_op_threads
     session = ort.InferenceSession(model_path, sess_options=opts, providers=["CPUExecutionProvider"])
-    metadata = {
+    metadata: dict[str, Any] = {
         "name": name, "versions": ["1"], "platform": "onnxruntime_onnx",
         "inputs": [_tensor_meta(i) for i in session.get_inputs()],
         "outputs": [_tensor_meta(o) for o in session.get_outputs()],
@@ -63,7 +63,9 @@ def create_app(model_path: str, name: str, intra_op_threads: int = 0) -> Any:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
     def json_response(doc: Any, status: int = 200) -> Response:
-        return Response(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), status, media_type="application/json")
+        return Response(
+            orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY), status, media_type="application/json"
+        )
 
     @app.get("/v2/health/ready")
     @app.get("/v2/health/live")
@@ -87,7 +89,9 @@ def create_app(model_path: str, name: str, intra_op_threads: int = 0) -> Any:
         try:
             doc = orjson.loads(await request.body())
             feeds = {
-                t["name"]: np.asarray(t["data"], dtype=input_types.get(t["name"], np.float32)).reshape(t["shape"])
+                t["name"]: np.asarray(t["data"], dtype=input_types.get(t["name"], np.float32)).reshape(
+                    t["shape"]
+                )
                 for t in doc["inputs"]
             }
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:

@@ -68,8 +68,12 @@ class MLServerPeer(Peer):
             "implementation": "servelab_ort_runtime.OrtRuntime",
             "max_batch_size": self.max_batch_size if self.max_batch_size > 1 else 0,
             "max_batch_time": self.max_batch_time_s if self.max_batch_size > 1 else 0.0,
-            "inputs": [{"name": t.name, "datatype": t.datatype, "shape": [-1, *t.dims]} for t in artefacts.inputs],
-            "outputs": [{"name": t.name, "datatype": t.datatype, "shape": [-1, *t.dims]} for t in artefacts.outputs],
+            "inputs": [
+                {"name": t.name, "datatype": t.datatype, "shape": [-1, *t.dims]} for t in artefacts.inputs
+            ],
+            "outputs": [
+                {"name": t.name, "datatype": t.datatype, "shape": [-1, *t.dims]} for t in artefacts.outputs
+            ],
             "parameters": {"uri": str(artefacts.onnx.resolve()), "version": "1"},
         }
         (folder / "model-settings.json").write_text(json.dumps(settings, indent=2))
@@ -95,7 +99,9 @@ class MLServerPeer(Peer):
         env = {**os.environ, "TMPDIR": str(tmp), "PROMETHEUS_MULTIPROC_DIR": str(tmp),
                "PATH": f"{self.env.root / 'bin'}:{os.environ.get('PATH', '')}"}  # fmt: skip
         env.pop("PYTHONPATH", None)
-        proc = self._launch([str(self.env.bin("mlserver")), "start", str(self.models_dir)], cwd=self.models_dir, env=env)
+        proc = self._launch(
+            [str(self.env.bin("mlserver")), "start", str(self.models_dir)], cwd=self.models_dir, env=env
+        )
         http = f"http://{HOST}:{ports[0]}"
         self._wait_http(f"{http}/v2/models/{self.artefacts.name}/ready", 120.0)
         grpc = f"{HOST}:{ports[1]}"

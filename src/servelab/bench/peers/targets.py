@@ -25,7 +25,11 @@ __all__ = ["TARGET_NAMES", "OpenTarget", "PeerSettings", "TargetChoice", "open_t
 TARGET_NAMES: tuple[str, ...] = (
     "servelab-onnxruntime", "servelab-openvino", "servelab-torch", "inprocess-ort", "fastapi-ort", "torchserve", "mlserver",
 )  # fmt: skip
-_SERVELAB_RUNTIMES = {"servelab-onnxruntime": "onnxruntime", "servelab-openvino": "openvino", "servelab-torch": "torch"}
+_SERVELAB_RUNTIMES = {
+    "servelab-onnxruntime": "onnxruntime",
+    "servelab-openvino": "openvino",
+    "servelab-torch": "torch",
+}
 _TRANSPORT_CHOICE = ("servelab-onnxruntime", "servelab-openvino", "servelab-torch", "mlserver")
 
 
@@ -72,14 +76,20 @@ def parse_targets(text: str, default_protocol: str = "http") -> list[TargetChoic
         if raw.startswith("oip="):
             url = raw[4:]
             if not url.startswith(("http://", "https://", "grpc://")):
-                raise InvalidArgument(f"target {raw!r}: expected oip=http://host:port or oip=grpc://host:port")
+                raise InvalidArgument(
+                    f"target {raw!r}: expected oip=http://host:port or oip=grpc://host:port"
+                )
             choices.append(TargetChoice(raw, "oip", "grpc" if url.startswith("grpc://") else "http", url))
             continue
         name, _, proto = raw.partition("@")
         if name not in TARGET_NAMES:
-            raise InvalidArgument(f"unknown target {raw!r}; expected one of {', '.join(TARGET_NAMES)} or oip=URL")
+            raise InvalidArgument(
+                f"unknown target {raw!r}; expected one of {', '.join(TARGET_NAMES)} or oip=URL"
+            )
         if proto and (proto not in ("http", "grpc") or name not in _TRANSPORT_CHOICE):
-            raise InvalidArgument(f"target {raw!r}: '@http'/'@grpc' applies only to {', '.join(_TRANSPORT_CHOICE)}")
+            raise InvalidArgument(
+                f"target {raw!r}: '@http'/'@grpc' applies only to {', '.join(_TRANSPORT_CHOICE)}"
+            )
         protocol = proto or (default_protocol if name in _TRANSPORT_CHOICE else "http")
         choices.append(TargetChoice(raw, name, protocol))
     if not choices:
@@ -90,7 +100,9 @@ def parse_targets(text: str, default_protocol: str = "http") -> list[TargetChoic
     return choices
 
 
-def _make_peer(choice: TargetChoice, family: Family, settings: PeerSettings, progress: Callable[[str], None]) -> tuple[Peer, Any]:
+def _make_peer(
+    choice: TargetChoice, family: Family, settings: PeerSettings, progress: Callable[[str], None]
+) -> tuple[Peer, Any]:
     """The peer object for a server target and the artefacts it needs."""
     if choice.name in _SERVELAB_RUNTIMES:
         from servelab.bench.peers.servelab_target import ServelabPeer
@@ -100,15 +112,17 @@ def _make_peer(choice: TargetChoice, family: Family, settings: PeerSettings, pro
     if choice.name == "fastapi-ort":
         from servelab.bench.peers.fastapi_ort import FastApiOrtPeer
 
-        return FastApiOrtPeer(progress=progress, intra_op_threads=settings.intra_op_threads), family.artefacts("onnxruntime")
+        return FastApiOrtPeer(
+            progress=progress, intra_op_threads=settings.intra_op_threads
+        ), family.artefacts("onnxruntime")
     if choice.name == "torchserve":
         from servelab.bench.peers.torchserve import TorchServePeer
 
-        peer = TorchServePeer(
+        ts: Peer = TorchServePeer(
             settings.peers_dir, progress=progress, batch_size=settings.torchserve_batch_size,
             max_batch_delay_ms=settings.torchserve_max_batch_delay_ms, workers=settings.torchserve_workers,
         )  # fmt: skip
-        return peer, family.artefacts("torch")
+        return ts, family.artefacts("torch")
     from servelab.bench.peers.mlserver import MLServerPeer
 
     peer = MLServerPeer(
@@ -144,11 +158,17 @@ def open_target(
         if arts.onnx is None:
             raise InvalidArgument(f"inprocess-ort needs model.onnx for {family.base!r}")
         shapes = {t.name: t.dims for t in arts.inputs}
-        yield OpenTarget(TargetSpec("inprocess", str(arts.onnx)), family.base, shapes, {**desc, "protocol": "in-process"})
+        yield OpenTarget(
+            TargetSpec("inprocess", str(arts.onnx)), family.base, shapes, {**desc, "protocol": "in-process"}
+        )
         return
     if choice.name == "oip":
         assert choice.url is not None
-        kind, url = ("oip-grpc", choice.url.removeprefix("grpc://")) if choice.protocol == "grpc" else ("oip-http", choice.url)
+        kind, url = (
+            ("oip-grpc", choice.url.removeprefix("grpc://"))
+            if choice.protocol == "grpc"
+            else ("oip-http", choice.url)
+        )
         yield OpenTarget(TargetSpec(kind, url), model, {}, desc)  # type: ignore[arg-type]
         return
     peer, arts = _make_peer(choice, family, settings, progress)
@@ -160,4 +180,6 @@ def open_target(
         progress(f"{choice.label}: ready at {ep.url} (pid {ep.pid})")
         inputs = arts.inputs if arts is not None else family.member(_SERVELAB_RUNTIMES[choice.name]).inputs
         spec = TargetSpec(ep.kind, ep.url, binary=ep.binary, server_pid=ep.pid)  # type: ignore[arg-type]
-        yield OpenTarget(spec, ep.model, {t.name: t.dims for t in inputs}, {**desc, "url": ep.url, **ep.extra})
+        yield OpenTarget(
+            spec, ep.model, {t.name: t.dims for t in inputs}, {**desc, "url": ep.url, **ep.extra}
+        )

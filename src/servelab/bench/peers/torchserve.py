@@ -23,7 +23,15 @@ from servelab.errors import InvalidArgument, Unavailable
 
 __all__ = ["REQUIREMENTS", "TorchServePeer"]
 
-REQUIREMENTS = ("torchserve==0.12.0", "torch-model-archiver==0.12.0", TORCH_PIN, "numpy", "psutil", "packaging", "pyyaml")
+REQUIREMENTS = (
+    "torchserve==0.12.0",
+    "torch-model-archiver==0.12.0",
+    TORCH_PIN,
+    "numpy",
+    "psutil",
+    "packaging",
+    "pyyaml",
+)
 JAVA_HINT = "TorchServe needs Java 17 on PATH: apt-get install -y openjdk-17-jre-headless"
 _HANDLER = Path(__file__).with_name("_torchserve_handler.py")
 
@@ -77,7 +85,9 @@ class TorchServePeer(Peer):
         if artefacts.torchscript is None:
             raise InvalidArgument(f"{self.name} serves TorchScript; model {artefacts.name!r} has no model.pt")
         if len(artefacts.inputs) != 1:
-            raise InvalidArgument(f"{self.name}'s handler takes one input tensor; {artefacts.name!r} has {len(artefacts.inputs)}")
+            raise InvalidArgument(
+                f"{self.name}'s handler takes one input tensor; {artefacts.name!r} has {len(artefacts.inputs)}"
+            )
         self.artefacts = artefacts
         build = self.work_dir / "build"
         store = self.work_dir / "model-store"
@@ -92,7 +102,9 @@ class TorchServePeer(Peer):
         ]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
         if done.returncode != 0:
-            raise Unavailable(f"torch-model-archiver failed ({done.returncode}): {(done.stderr or done.stdout)[-1500:]}")
+            raise Unavailable(
+                f"torch-model-archiver failed ({done.returncode}): {(done.stderr or done.stdout)[-1500:]}"
+            )
 
     def _write_config(self, ports: list[int]) -> Path:
         logs = self.work_dir / "logs"
@@ -152,7 +164,9 @@ class TorchServePeer(Peer):
         })  # fmt: skip
         status, body = http_status(f"{self.management_url}/models?{query}", "POST", None, timeout_s=180.0)
         if status != 200:
-            raise Unavailable(f"TorchServe did not register {name} (HTTP {status}): {body[:300]!r}\n{self.process.log_tail()}")
+            raise Unavailable(
+                f"TorchServe did not register {name} (HTTP {status}): {body[:300]!r}\n{self.process.log_tail()}"
+            )
         wait_until(self._worker_ready, 120.0, f"TorchServe worker for {name}", self.process.exited)
 
     def _worker_ready(self) -> bool:

@@ -1,0 +1,165 @@
+"""`servelab compare MODEL --repo REPO --targets ...`: one model, one load, several servers and runtimes.
+
+Peers (TorchServe, MLServer) install into their own venvs under ``--peers-dir`` on first use.
+``demo_compare(repo)`` is the short version ``make demo`` ends with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from servelab.errors import ServelabError
+
+__all__ = ["compare", "demo_compare", "print_table", "register"]
+
+console = Console()
+if not console.is_terminal:
+    console = Console(width=150)
+
+DEFAULT_TARGETS = (
+    "servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver"
+)
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{option} expects whole numbers separated by commas, got {text!r}"
+        ) from None
+
+
+def print_table(result: object) -> None:
+    """The comparison as a Rich table, then the targets that could not be measured."""
+    from servelab.bench.peers.compare_report import COLUMNS, row_cells
+
+    spec = result.spec  # type: ignore[attr-defined]
+    table = Table(
+        title=f"servelab compare: {spec.model}, concurrency {spec.concurrency}, baseline {spec.baseline or '-'}"
+    )
+    for i, col in enumerate(COLUMNS):
+        table.add_column(col, justify="left" if i < 2 else "right")
+    for row in result.rows():  # type: ignore[attr-defined]
+        table.add_row(*row_cells(row))
+    console.print(table)
+    for o in result.outcomes:  # type: ignore[attr-defined]
+        if o.error:
+            console.print(f"[yellow]not measured[/] {o.label}: {o.error}")
+
+
+def _run(spec: object, output: Path | None, html: Path | None) -> object:
+    from servelab.bench.compare import run_compare
+    from servelab.bench.peers.compare_report import write_html
+
+    result = run_compare(spec, lambda m: console.print(f"[dim]{m}[/]"))  # type: ignore[arg-type]
+    print_table(result)
+    if output is not None:
+        result.write_json(output)
+        console.print(f"JSON: {output}")
+    if html is not None:
+        write_html(result, html)
+        console.print(f"HTML: {html}")
+    return result
+
+
+def compare(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Model (family) name in the repository, e.g. mlp for mlp_onnx, mlp_torchscript..."
+        ),
+    ],
+    repo: Annotated[Path, typer.Option("--repo", help="Model repository (Triton layout).")] = Path(
+        "examples/repository"
+    ),
+    targets: Annotated[
+        str,
+        typer.Option(
+            "--targets",
+            help="Comma-separated: "
+            + DEFAULT_TARGETS
+            + ", oip=URL; '@grpc' picks gRPC for servelab-*/mlserver.",
+        ),
+    ] = DEFAULT_TARGETS,
+    batch_sizes: Annotated[str, typer.Option("--batch-sizes", help="Client batch sizes.")] = "1,32",
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Concurrent requests in flight.")] = 8,
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Target the ratios are taken against.")
+    ] = "inprocess-ort",
+    protocol: Annotated[
+        str, typer.Option("--protocol", help="OIP transport for servelab-*/mlserver: http | grpc.")
+    ] = "http",
+    interval_ms: Annotated[int, typer.Option("--measurement-interval-ms", help="Window length.")] = 2000,
+    max_windows: Annotated[
+        int, typer.Option("--max-windows", help="Windows per point before giving up on stability (>= 3).")
+    ] = 5,
+    output: Annotated[Path | None, typer.Option("--output", help="Write the results as JSON.")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write an HTML report.")] = None,
+    peers_dir: Annotated[Path, typer.Option("--peers-dir", help="Where peers' own venvs live.")] = Path(
+        ".peers"
+    ),
+    ts_batch_size: Annotated[int, typer.Option("--torchserve-batch-size", help="TorchServe batch_size.")] = 8,
+    ts_delay_ms: Annotated[
+        int, typer.Option("--torchserve-max-batch-delay-ms", help="TorchServe max_batch_delay.")
+    ] = 5,
+    ts_workers: Annotated[
+        int, typer.Option("--torchserve-workers", help="TorchServe workers for the model.")
+    ] = 1,
+    mls_batch: Annotated[
+        int, typer.Option("--mlserver-max-batch-size", help="MLServer adaptive batching size (1 = off).")
+    ] = 8,
+    mls_time_s: Annotated[
+        float, typer.Option("--mlserver-max-batch-time-s", help="MLServer max_batch_time.")
+    ] = 0.002,
+    mls_workers: Annotated[
+        int, typer.Option("--mlserver-parallel-workers", help="MLServer parallel_workers.")
+    ] = 0,
+) -> None:
+    """Measure MODEL on several servers and runtimes under one load; print P50/P99/throughput/RSS and ratios."""
+    from servelab.bench.compare import CompareSpec
+    from servelab.bench.peers.targets import PeerSettings, parse_targets
+
+    try:
+        choices = parse_targets(targets, protocol)
+        if baseline is not None and baseline not in [c.label for c in choices]:
+            baseline = None if baseline == "inprocess-ort" else baseline
+        peers = PeerSettings(
+            peers_dir=peers_dir, torchserve_batch_size=ts_batch_size, torchserve_max_batch_delay_ms=ts_delay_ms,
+            torchserve_workers=ts_workers, mlserver_max_batch_size=mls_batch, mlserver_max_batch_time_s=mls_time_s,
+            mlserver_parallel_workers=mls_workers,
+        )  # fmt: skip
+        spec = CompareSpec(
+            model=model, repository=repo, targets=tuple(choices), batch_sizes=_int_list(batch_sizes, "--batch-sizes"),
+            concurrency=concurrency, baseline=baseline, measurement_interval_ms=interval_ms, max_windows=max_windows,
+            peers=peers,
+        )  # fmt: skip
+        _run(spec, output, html)
+    except ServelabError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(code=2) from None
+
+
+def demo_compare(repo: Path, html: Path = Path("out/compare.html"), model: str = "mlp") -> object:
+    """A short compare for ``make demo``: servelab on each backend, in-process ORT and FastAPI+ORT,
+    batch 1 and 32, about a second per point (well under three minutes on two cores)."""
+    from servelab.bench.compare import CompareSpec
+    from servelab.bench.peers.targets import parse_targets
+
+    spec = CompareSpec(
+        model=model, repository=repo,
+        targets=tuple(parse_targets("inprocess-ort,servelab-onnxruntime,servelab-openvino,servelab-torch,fastapi-ort")),
+        batch_sizes=(1, 32), concurrency=8, baseline="inprocess-ort", measurement_interval_ms=500, max_windows=3,
+        warmup_requests=20, max_level_s=20.0,
+    )  # fmt: skip
+    return _run(spec, html.with_suffix(".json"), html)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare`` to the root app."""
+    app.command("compare")(compare)
