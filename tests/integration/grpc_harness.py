@@ -53,12 +53,11 @@ ECHO_TYPES: dict[str, tuple[int, str]] = {
 }
 LABELS = [f"class_{i}" for i in range(8)]
 
-#: The ``gated`` Python model sets GATE_ENTERED when it starts executing, then waits for GATE_RELEASE,
-#: so a test can hold a request in flight without guessing at timings.
-GATE_ENTERED = threading.Event()
-GATE_RELEASE = threading.Event()
+#: The ``gated`` Python model connects to 127.0.0.1:<port> when it starts executing and answers only
+#: after the test sends a byte back, so a test holds a request in flight without guessing at timings.
+#: A socket works whether the backend runs in this process or in a worker process.
 GATED_MODEL = """\
-import grpc_harness
+import socket
 
 
 class TritonPythonModel:
@@ -66,10 +65,11 @@ class TritonPythonModel:
         pass
 
     def execute(self, requests):
-        grpc_harness.GATE_ENTERED.set()
-        if not grpc_harness.GATE_RELEASE.wait(30):
-            raise RuntimeError("gate never released")
-        return [{"OUTPUT0": r.inputs["INPUT0"]} for r in requests]
+        with socket.create_connection(("127.0.0.1", {port}), timeout=30) as gate:
+            gate.sendall(b"entered")
+            if not gate.recv(1):
+                raise RuntimeError("gate closed without releasing")
+        return [{{"OUTPUT0": r.inputs["INPUT0"]}} for r in requests]
 
     def finalize(self):
         pass
@@ -110,11 +110,11 @@ def _echo_model(
     )
 
 
-def add_gated_model(repo: Path) -> None:
-    """``gated``: FP32 [-1] echo on the Python backend that blocks on GATE_RELEASE (same process only)."""
+def add_gated_model(repo: Path, gate_port: int) -> None:
+    """``gated``: FP32 [-1] echo on the Python backend that waits at the gate on 127.0.0.1:``gate_port``."""
     d = repo / "gated"
     (d / "1").mkdir(parents=True)
-    (d / "1" / "model.py").write_text(GATED_MODEL)
+    (d / "1" / "model.py").write_text(GATED_MODEL.format(port=gate_port))
     (d / "config.pbtxt").write_text(
         'name: "gated"\nbackend: "python"\nmax_batch_size: 8\n'
         'input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [-1] } ]\n'

@@ -50,10 +50,15 @@ class ServerSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _ports_distinct(self) -> ServerSettings:
-        ports = {"http_port": self.http_port, "grpc_port": self.grpc_port, "metrics_port": self.metrics_port}
+        ports = {
+            "http_port": self.http_port,
+            "grpc_port": self.grpc_port,
+            "metrics_port": self.metrics_port,
+            "management_port": self.management_port,
+        }
         used = [p for p in ports.values() if p]
         if len(used) != len(set(used)):
-            raise ValueError(f"http_port, grpc_port and metrics_port must differ (got {ports})")
+            raise ValueError(f"http_port, grpc_port, metrics_port and management_port must differ (got {ports})")
         return self
 
     @classmethod

@@ -73,6 +73,11 @@ class ModelStats:
                 self.queue.add(queue_ns)
             self.last_inference_ms = int(time.time() * 1000)
 
+    def record_queue(self, ns: int) -> None:
+        """Queue time of one request that then succeeded (Triton counts successful requests only)."""
+        with self._lock:
+            self.queue.add(ns)
+
     def record_cache(self, hit: bool, ns: int) -> None:
         with self._lock:
             (self.cache_hit if hit else self.cache_miss).add(ns)

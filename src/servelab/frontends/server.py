@@ -72,6 +72,7 @@ class Server:
             settings.model_control_mode,
             max_tensor_elements=settings.limits.max_tensor_elements,
             drain_timeout_s=settings.exit_timeout_s,
+            poll_secs=settings.repository_poll_secs,
         )
         self.dataplane = DataPlane(
             self.registry,
@@ -163,10 +164,6 @@ class Server:
 
     async def _load_startup_models(self) -> None:
         s = self.settings
-        if s.model_control_mode is ControlMode.POLL:
-            # registry.startup() starts polling at its default interval; starting it first makes it use
-            # the configured one (start_polling is a no-op once a poller runs).
-            self.registry.start_polling(s.repository_poll_secs)
         try:
             await asyncio.to_thread(self.dataplane.startup, list(s.load_models))
         except Exception:

@@ -65,7 +65,8 @@ class _Version(Protocol):
 
 
 class _Record(Protocol):
-    versions: Mapping[int, _Version]
+    @property
+    def versions(self) -> Mapping[int, _Version]: ...
 
 
 class ModelRegistryLike(Protocol):

@@ -43,6 +43,10 @@ def array_from_raw(raw: bytes | memoryview, datatype: DataType, shape: tuple[int
 
 def _bytes_from_raw(raw: bytes | memoryview, shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
     view = memoryview(raw)
+    if count * 4 > len(view):  # every element needs its 4-byte length: refuse before allocating
+        raise InvalidArgument(
+            f"tensor '{name}': BYTES {list(shape)} needs at least {count * 4} bytes of data; got {len(view)}"
+        )
     out = np.empty(count, dtype=object)
     pos, end = 0, len(view)
     for i in range(count):

@@ -225,8 +225,7 @@ class DynamicBatcher(Scheduler):
                 continue  # Triton counts queue time of successful requests only
             queue_ns = start - p.enqueue_ns
             queue_hist.observe(queue_ns / 1e9)
-            with self.stats._lock:  # ModelStats has no record_queue yet; same lock as its recorders
-                self.stats.queue.add(queue_ns)
+            self.stats.record_queue(queue_ns)
         self._hand_back(seq, list(zip(batch, results, strict=True)))
 
     def _hand_back(self, seq: int, answered: list[tuple[Pending, Result]]) -> None:
