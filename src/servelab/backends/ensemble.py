@@ -4,7 +4,9 @@ Each step maps ensemble tensors to its model's inputs (``input_map {key: model i
 ensemble tensor}``) and its model's outputs back to ensemble tensors (``output_map``). The graph is
 checked at load (every step input is produced earlier or is an ensemble input, every ensemble output
 is produced, each tensor has one producer, no cycles) and steps run one after another in dependency
-order through ``ctx.infer``. Cumulative time per step is kept in :attr:`EnsembleBackend.step_ns`.
+order through ``ctx.infer``. An ensemble input marked ``optional: true`` that a request leaves out is
+left out of every step that maps it (that step's model must declare the input optional too), as
+Triton does. Cumulative time per step is kept in :attr:`EnsembleBackend.step_ns`.
 """
 
 from __future__ import annotations
@@ -135,7 +137,8 @@ class EnsembleBackend(Backend):
         assert self._call is not None, "load() first"
         tensors = dict(inputs)
         for step in self.steps:
-            feed = {model_input: tensors[tensor] for model_input, tensor in step.input_map}
+            # Only absent optional ensemble inputs can be missing: the plan guarantees the rest.
+            feed = {model_input: tensors[tensor] for model_input, tensor in step.input_map if tensor in tensors}
             start = time.perf_counter_ns()
             result = self._call(step.model_name, step.version, feed)
             elapsed = time.perf_counter_ns() - start

@@ -71,8 +71,14 @@ def onnx_specs(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, [_value_spec(v) for v in model.graph.output]
 
 
-def _to_str(arr: np.ndarray) -> np.ndarray:
-    flat = [b.decode() if isinstance(b, bytes) else str(b) for b in arr.reshape(-1)]
+def _to_str(arr: np.ndarray, name: str = "") -> np.ndarray:
+    """ONNX string tensors hold text: BYTES elements must be UTF-8."""
+    try:
+        flat = [b.decode() if isinstance(b, bytes) else str(b) for b in arr.reshape(-1)]
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(
+            f"input '{name}': ONNX string tensors need UTF-8 text; an element is not valid UTF-8 ({exc.reason})"
+        ) from None
     return np.array(flat, dtype=object).reshape(arr.shape)
 
 
@@ -140,7 +146,7 @@ class OnnxRuntimeBackend(Backend):
         feed: dict[str, Any] = {}
         for name, arr in inputs.items():
             if name in self._string_inputs:
-                feed[name] = _to_str(arr)
+                feed[name] = _to_str(arr, name)
             elif name in self._bf16_inputs:
                 raw = np.ascontiguousarray(arr).view(np.uint16)
                 feed[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx.TensorProto.BFLOAT16)

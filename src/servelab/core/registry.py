@@ -176,6 +176,7 @@ class ModelRegistry:
         """Load or reload ``name``. On failure the model is UNAVAILABLE (or keeps its old versions)."""
         if self.mode is ControlMode.NONE and not _internal:
             raise Unsupported("model control mode is 'none': start the server with --model-control-mode explicit")
+        self.repository.model_dir(name)  # NotFound before any record exists for an unknown name
         with self._lock:
             record = self._records.setdefault(name, ModelRecord(name))
             if not record.versions:

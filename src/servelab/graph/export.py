@@ -233,9 +233,18 @@ SAMPLER_MODEL, LAYERS_MODEL, ENSEMBLE_MODEL = "graphsage_sampler", "graphsage_la
 _LAYER_BACKENDS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "torch": "pytorch"}
 
 
+def _graph_inputs(features: int) -> list[mc.ModelInput]:
+    """node_ids, plus the optional inputs of inductive requests (new nodes' features, new edges)."""
+    return [
+        mc.ModelInput(name="node_ids", data_type=mc.TYPE_INT64, dims=[-1]),
+        mc.ModelInput(name="new_features", data_type=mc.TYPE_FP32, dims=[-1, features], optional=True),
+        mc.ModelInput(name="new_edges", data_type=mc.TYPE_INT64, dims=[-1, 2], optional=True),
+    ]
+
+
 def _sampler_config(graph_dir: str, features: int, fanouts: tuple[int, int]) -> mc.ModelConfig:
     cfg = mc.ModelConfig(name=SAMPLER_MODEL, backend="graphsage_sampler", max_batch_size=0)
-    cfg.input.append(mc.ModelInput(name="node_ids", data_type=mc.TYPE_INT64, dims=[-1]))
+    cfg.input.extend(_graph_inputs(features))
     cfg.output.extend(
         [
             mc.ModelOutput(name="x", data_type=mc.TYPE_FP32, dims=[-1, features]),
@@ -273,9 +282,10 @@ def _layers_config(
     return cfg
 
 
-def _ensemble_config(hidden: int, classes: int) -> mc.ModelConfig:
+def _ensemble_config(features: int, hidden: int, classes: int) -> mc.ModelConfig:
     cfg = mc.ModelConfig(name=ENSEMBLE_MODEL, platform="ensemble", max_batch_size=0)
-    cfg.input.append(mc.ModelInput(name="node_ids", data_type=mc.TYPE_INT64, dims=[-1]))
+    inputs = _graph_inputs(features)
+    cfg.input.extend(inputs)
     cfg.output.extend(
         [
             mc.ModelOutput(name="logits", data_type=mc.TYPE_FP32, dims=[-1, classes]),
@@ -288,7 +298,7 @@ def _ensemble_config(hidden: int, classes: int) -> mc.ModelConfig:
             mc.ModelEnsembling.Step(
                 model_name=SAMPLER_MODEL,
                 model_version=-1,
-                input_map={"node_ids": "node_ids"},
+                input_map={i.name: i.name for i in inputs},
                 output_map=blocks,
             ),
             mc.ModelEnsembling.Step(
@@ -346,5 +356,5 @@ def export_repository(
     _write_config(
         repository, _sampler_config(_graph_param(Path(graph_dir), repository), cfg.in_features, cfg.fanouts)
     )
-    _write_config(repository, _ensemble_config(cfg.hidden, cfg.num_classes))
+    _write_config(repository, _ensemble_config(cfg.in_features, cfg.hidden, cfg.num_classes))
     return {"max_abs_diff": worst}

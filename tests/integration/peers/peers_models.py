@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,9 @@ def write_linear_onnx(path: Path) -> Path:
     x = helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["batch", 4])
     y = helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", 3])
     w = numpy_helper.from_array(WEIGHTS, "W")
-    graph = helper.make_graph([helper.make_node("MatMul", ["INPUT", "W"], ["OUTPUT"])], "linear", [x], [y], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["INPUT", "W"], ["OUTPUT"])], "linear", [x], [y], [w]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, path)
@@ -36,7 +39,9 @@ def write_linear_torchscript(path: Path) -> Path:
             return x @ self.w
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.jit.trace(Linear().eval(), torch.zeros(1, 4)).save(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated, TorchServe still needs it
+        torch.jit.trace(Linear().eval(), torch.zeros(1, 4)).save(str(path))
     return path
 
 
@@ -49,7 +54,8 @@ def write_tiny_repository(root: Path, with_torchscript: bool = False) -> Path:
         """
     write_linear_onnx(root / "tiny_onnx" / "1" / "model.onnx")
     (root / "tiny_onnx" / "config.pbtxt").write_text(
-        'name: "tiny_onnx"\nplatform: "onnxruntime_onnx"\n' + textwrap.dedent(io.format(i="INPUT", o="OUTPUT"))
+        'name: "tiny_onnx"\nplatform: "onnxruntime_onnx"\n'
+        + textwrap.dedent(io.format(i="INPUT", o="OUTPUT"))
     )
     if with_torchscript:
         write_linear_torchscript(root / "tiny_torchscript" / "1" / "model.pt")

@@ -41,14 +41,20 @@ def test_compare_in_process_and_fastapi(tmp_path: Path) -> None:
 
     result.write_json(tmp_path / "out" / "compare.json")
     doc = json.loads((tmp_path / "out" / "compare.json").read_text())
-    assert doc["model"] == "tiny" and len(doc["rows"]) == 4 and doc["targets"][1]["description"]["payload"] == "JSON"
+    assert (
+        doc["model"] == "tiny"
+        and len(doc["rows"]) == 4
+        and doc["targets"][1]["description"]["payload"] == "JSON"
+    )
     write_html(result, tmp_path / "out" / "compare.html")
     page = (tmp_path / "out" / "compare.html").read_text()
     assert "fastapi-ort" in page and "<table>" in page
 
 
 def test_a_target_that_cannot_run_is_reported_not_fatal(tmp_path: Path) -> None:
-    repo = write_tiny_repository(tmp_path / "repo")  # no TorchScript model: servelab-torch has nothing to serve
+    repo = write_tiny_repository(
+        tmp_path / "repo"
+    )  # no TorchScript model: servelab-torch has nothing to serve
     spec = CompareSpec(model="tiny_onnx", repository=repo, targets=tuple(parse_targets("servelab-torch")))
     result = run_compare(spec)
     assert result.rows() == []
@@ -82,5 +88,7 @@ def test_cli_rejects_a_baseline_outside_the_targets(tmp_path: Path) -> None:
     compare_cli.register(app)
     app.command("noop")(lambda: None)  # keep "compare" a sub-command
     repo = write_tiny_repository(tmp_path / "repo")
-    out = CliRunner().invoke(app, ["compare", "tiny", "--repo", str(repo), "--targets", "inprocess-ort", "--baseline", "mlserver"])
+    out = CliRunner().invoke(
+        app, ["compare", "tiny", "--repo", str(repo), "--targets", "inprocess-ort", "--baseline", "mlserver"]
+    )
     assert out.exit_code == 2 and "not one of --targets" in out.output

@@ -20,7 +20,9 @@ from servelab.errors import InvalidArgument
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FastApiOrtPeer, Endpoint]]:
     model = write_linear_onnx(tmp_path_factory.mktemp("fastapi") / "model.onnx")
-    arts = ModelArtefacts("linear", (TensorInfo("INPUT", "FP32", (4,)),), (TensorInfo("OUTPUT", "FP32", (3,)),), onnx=model)
+    arts = ModelArtefacts(
+        "linear", (TensorInfo("INPUT", "FP32", (4,)),), (TensorInfo("OUTPUT", "FP32", (3,)),), onnx=model
+    )
     with FastApiOrtPeer(intra_op_threads=1) as peer:
         peer.prepare(arts)
         yield peer, peer.start()
@@ -42,7 +44,9 @@ def test_metadata_health_and_errors(running: tuple[FastApiOrtPeer, Endpoint]) ->
     assert ep.kind == "oip-http" and not ep.binary and ep.pid is not None
     assert http_status(f"{ep.url}/v2/health/ready")[0] == 200
     status, raw = http_status(f"{ep.url}/v2/models/linear")
-    assert status == 200 and json.loads(raw)["inputs"] == [{"name": "INPUT", "datatype": "FP32", "shape": [-1, 4]}]
+    assert status == 200 and json.loads(raw)["inputs"] == [
+        {"name": "INPUT", "datatype": "FP32", "shape": [-1, 4]}
+    ]
     assert http_status(f"{ep.url}/v2/models/nope/infer", "POST", b"{}")[0] == 404
     status, raw = http_status(f"{ep.url}/v2/models/linear/infer", "POST", b"not json")
     assert status == 400 and b"bad OIP JSON" in raw
@@ -50,7 +54,9 @@ def test_metadata_health_and_errors(running: tuple[FastApiOrtPeer, Endpoint]) ->
 
 def test_stop_ends_the_process_group(tmp_path: Path) -> None:
     model = write_linear_onnx(tmp_path / "model.onnx")
-    arts = ModelArtefacts("m", (TensorInfo("INPUT", "FP32", (4,)),), (TensorInfo("OUTPUT", "FP32", (3,)),), onnx=model)
+    arts = ModelArtefacts(
+        "m", (TensorInfo("INPUT", "FP32", (4,)),), (TensorInfo("OUTPUT", "FP32", (3,)),), onnx=model
+    )
     peer = FastApiOrtPeer(work_dir=tmp_path / "work")
     peer.prepare(arts)
     pid = peer.start().pid
