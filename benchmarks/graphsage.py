@@ -6,8 +6,14 @@ The baseline is a TorchServe-style handler: a pure-Python sampler and eager torc
 Reports P50/P99 latency per call, query nodes per second, each stage's share, and speed-ups against
 the baseline measured in the same run. Writes benchmarks/results/graphsage.json.
 
+With ``--e2e`` (or ``--e2e-only``) the same queries also go over the wire (benchmarks/graphsage_e2e.py):
+`servelab serve` per layers runtime over gRPC and REST binary, and a TorchServe-style FastAPI handler
+(Python sampler + torch eager, JSON), in the published layout: batch 1 P50/P99, batch 32 P50/P99,
+nodes/s with batch-32 requests under concurrency, and ratios to the baseline.
+
     .venv/bin/python benchmarks/graphsage.py --nodes 100000      # while developing
     .venv/bin/python benchmarks/graphsage.py                     # 1,000,000 nodes (~0.5 GB features)
+    .venv/bin/python benchmarks/graphsage.py --e2e-only --graph-dir G --model-dir M
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import tempfile
 import time
@@ -24,11 +31,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from graphsage_e2e import BASELINE_E2E, E2ERow, Load, run_e2e
 from rich.console import Console
 from rich.table import Table
 
 from servelab.graph.export import LayersFn, eager_runner, export_artifact, load_runner
-from servelab.graph.model import SageConfig, SageLayers, load_model
+from servelab.graph.model import SageConfig, SageLayers, load_model, save_model
 from servelab.graph.sampler import NumbaSampler, PythonSampler, gather_features
 from servelab.graph.store import GraphStore
 from servelab.graph.synth import synth_graph
@@ -156,14 +164,49 @@ def run_in_process(args: argparse.Namespace, console: Console) -> list[Row]:
     return rows
 
 
-def run_end_to_end(args: argparse.Namespace, console: Console) -> list[Row]:
-    """NOT WRITTEN YET: the same queries over gRPC and REST against `servelab serve` (the `sage` ensemble).
+def run_end_to_end(args: argparse.Namespace, console: Console) -> list[E2ERow]:
+    """The `sage` ensemble behind `servelab serve` per runtime, and the TorchServe-style baseline."""
+    store = _graph(args.nodes, args.graph_dir, args.seed, console)
+    rng = np.random.default_rng(args.seed)
+    queries = rng.choice(store.num_nodes, size=args.queries, replace=False).astype(np.int64)
+    load = Load(args.warmup, args.min_calls, args.duration_s, args.concurrency)
+    env = dict(item.split("=", 1) for item in args.server_env)
+    with tempfile.TemporaryDirectory(prefix="servelab-sage-e2e-") as tmp:
+        model_dir = args.model_dir
+        if model_dir is None:
+            model_dir = save_model(_model(store, None), Path(tmp) / "model")
+        classes = load_model(model_dir)[0].config.num_classes
+        return run_e2e(model_dir, store.path, args.runtimes, queries, classes, load, Path(tmp), env)
 
-    Planned: export the repository (servelab.graph.export.export_repository), start the server on
-    127.0.0.1 with a free port, drive it with tritonclient (HTTP and gRPC) at batch 1 and 32, and
-    report the same columns plus the server's per-stage statistics.
-    """
-    raise NotImplementedError("end-to-end GraphSAGE rows need the servelab server; run without --e2e")
+
+def _e2e_table(rows: list[E2ERow], nodes: int, concurrency: int) -> Table:
+    table = Table(title=f"GraphSAGE over the wire, {nodes:,} nodes (ratios vs {BASELINE_E2E})")
+    cols = (
+        "framework",
+        "protocol",
+        "batch 1 P50/P99 ms",
+        "batch 32 P50/P99 ms",
+        f"nodes/s (b32, c={concurrency})",
+        "sampling",
+        "in server",
+        "x P50 b1",
+        "x nodes/s",
+    )
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("framework", "protocol") else "right")
+    for r in rows:
+        table.add_row(
+            r.framework,
+            r.protocol,
+            f"{r.b1_p50_ms:.2f} / {r.b1_p99_ms:.2f}",
+            f"{r.b32_p50_ms:.2f} / {r.b32_p99_ms:.2f}",
+            f"{r.nodes_per_s:,.0f}",
+            f"{r.sample_share:.0%}",
+            f"{r.server_share:.0%}",
+            f"{r.speedup_b1_p50:.2f}",
+            f"{r.throughput_ratio:.2f}",
+        )
+    return table
 
 
 def _table(rows: list[Row], nodes: int) -> Table:
@@ -210,7 +253,17 @@ def _args() -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=20.0, help="stop a row after this many seconds")
     p.add_argument("--threads", type=int, default=1, help="threads for layers and numba (2 cores: keep 1)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--e2e", action="store_true", help="also run the over-the-wire rows (not written yet)")
+    p.add_argument("--e2e", action="store_true", help="also run the over-the-wire rows")
+    p.add_argument("--e2e-only", action="store_true", help="only the over-the-wire rows")
+    p.add_argument(
+        "--runtimes", nargs="+", default=["onnxruntime", "openvino", "torch"], help="e2e layers runtimes"
+    )
+    p.add_argument("--concurrency", type=int, default=8, help="e2e: batch-32 requests in flight for nodes/s")
+    p.add_argument("--duration-s", type=float, default=6.0, help="e2e: seconds per phase at most")
+    p.add_argument("--warmup", type=int, default=50, help="e2e: unmeasured calls before each phase")
+    p.add_argument(
+        "--server-env", nargs="*", default=[], metavar="KEY=VALUE", help="e2e: environment of the servers"
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args()
     if args.nodes < 2 or args.queries < 1 or min(args.batch) < 1 or args.threads < 1:
@@ -223,10 +276,12 @@ def _args() -> argparse.Namespace:
 def main() -> None:
     args = _args()
     console = Console(width=max(Console().width, 150))
-    rows = run_in_process(args, console)
-    if args.e2e:
-        rows += run_end_to_end(args, console)
-    console.print(_table(rows, args.nodes))
+    rows = [] if args.e2e_only else run_in_process(args, console)
+    e2e = run_end_to_end(args, console) if args.e2e or args.e2e_only else []
+    if rows:
+        console.print(_table(rows, args.nodes))
+    if e2e:
+        console.print(_e2e_table(e2e, args.nodes, args.concurrency))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "nodes": args.nodes,
@@ -234,8 +289,13 @@ def main() -> None:
         "threads": args.threads,
         "machine": platform.processor() or platform.machine(),
         "baseline": BASELINE,
+        "e2e_baseline": BASELINE_E2E,
+        "e2e_concurrency": args.concurrency,
+        "cpus": os.cpu_count(),
+        "load_avg_1m": os.getloadavg()[0],
     }
-    args.out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2))
+    result = {"meta": meta, "rows": [asdict(r) for r in rows], "e2e_rows": [asdict(r) for r in e2e]}
+    args.out.write_text(json.dumps(result, indent=2))
     console.print(f"wrote {args.out}")
 
 

@@ -9,14 +9,19 @@ Models:
 - ``mlp_openvino``      the same MLP as OpenVINO IR
 - ``preprocess``        Python backend: UINT8 [16] pixels -> normalised FP32 [16]
 - ``pipeline``          ensemble: preprocess -> mlp_torchscript -> OUTPUT (classification-ready scores)
+- ``sage``              GraphSAGE ensemble over ``graphsage_sampler`` and ``graphsage_layers`` (ONNX Runtime)
+                        on a 100k-node graph stored in ``_graphs/demo`` (see examples/build_graph.py)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
+import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import onnx
@@ -177,7 +182,19 @@ def build(out: Path, with_graph: bool = True) -> Path:
     build_mlps(out)
     build_preprocess(out)
     build_pipeline(out)
+    if with_graph:  # graphsage_sampler, graphsage_layers, sage and their graph (examples/build_graph.py)
+        _sibling("build_graph").build_graph_pipeline(out)
     return out
+
+
+def _sibling(name: str) -> ModuleType:
+    """Another script of this folder as a module (this one is also loaded by path, off sys.path)."""
+    spec = importlib.util.spec_from_file_location(f"servelab_examples_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:

@@ -138,7 +138,9 @@ class EnsembleBackend(Backend):
         tensors = dict(inputs)
         for step in self.steps:
             # Only absent optional ensemble inputs can be missing: the plan guarantees the rest.
-            feed = {model_input: tensors[tensor] for model_input, tensor in step.input_map if tensor in tensors}
+            feed = {
+                model_input: tensors[tensor] for model_input, tensor in step.input_map if tensor in tensors
+            }
             start = time.perf_counter_ns()
             result = self._call(step.model_name, step.version, feed)
             elapsed = time.perf_counter_ns() - start

@@ -8,14 +8,20 @@ from __future__ import annotations
 import typer
 
 from servelab.cli import bench as _bench
+from servelab.cli import compare as _compare
 from servelab.cli import demo as _demo
 from servelab.cli import graph as _graph
 from servelab.cli import serve as _serve
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="servelab: serve models over the Open Inference Protocol and measure which runtime meets your SLA.",
+)
 _serve.register(app)
 _demo.register(app)
 _bench.register(app)
+_compare.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
 
 

@@ -186,6 +186,15 @@ class Scheduler(ABC):
         """Stop accepting work (subclasses release threads)."""
 
 
+_DEFAULT_INLINE_US = 150
+
+
+def _inline_threshold_ns(config: mc.ModelConfig) -> int:
+    if "inline_execution_us" in config.parameters:
+        return int(float(config.parameters["inline_execution_us"].string_value) * 1000)
+    return _DEFAULT_INLINE_US * 1000
+
+
 class DirectScheduler(Scheduler):
     """No queue, no batching: each request runs alone on the next instance (round robin)."""
 
@@ -199,6 +208,10 @@ class DirectScheduler(Scheduler):
     ) -> None:
         super().__init__(backends, stats, cache=cache)
         self._next = 0
+        #: models whose typical execution is below this run on the event loop (no thread hop);
+        #: config parameter ``inline_execution_us`` (0 turns it off). Starts pessimistic until measured.
+        self.inline_ns = _inline_threshold_ns(backends[0].config)
+        self._ewma_ns = float(10 * self.inline_ns + 1)
         self._pool = ThreadPoolExecutor(
             max_workers=threads or len(backends), thread_name_prefix=f"infer-{stats.name}"
         )
@@ -211,6 +224,8 @@ class DirectScheduler(Scheduler):
             results, input_ns, infer_ns, output_ns = execute_timed(backend, [inputs])
         finally:
             self._leave()
+        # exponentially weighted execution time: decides whether the event loop may run the model itself
+        self._ewma_ns += (infer_ns - self._ewma_ns) * 0.1
         result = results[0]
         if isinstance(result, ServelabError):
             raise result
@@ -218,6 +233,9 @@ class DirectScheduler(Scheduler):
         return result
 
     async def _run_async(self, inputs: Inputs, parameters: dict[str, Any]) -> Outputs:
+        if self._ewma_ns < self.inline_ns:
+            # A model this fast costs less than the hop to a worker thread and back: run it on the loop.
+            return self._run(inputs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._run, inputs)
 

@@ -251,8 +251,16 @@ def sample_union(
     """2-hop blocks over stored + overlay adjacency: (nodes, n1, nbr1, nbr2), as the stored sampler."""
     s = np.ascontiguousarray(seeds, dtype=np.int64)
     nodes, n1, nbr1, nbr2, bad = _sample_union(
-        indptr, indices, overlay.nodes, overlay.indptr, overlay.indices, overlay.num_total,
-        s, fanouts[0], fanouts[1], int(seed),
+        indptr,
+        indices,
+        overlay.nodes,
+        overlay.indptr,
+        overlay.indices,
+        overlay.num_total,
+        s,
+        fanouts[0],
+        fanouts[1],
+        int(seed),
     )
     if n1 < 0:
         raise InvalidArgument(f"node id {int(s[bad])} (position {bad}) is outside [0, {overlay.num_total})")

@@ -131,7 +131,9 @@ class GraphSamplerBackend(Backend):
             more = f" and {bad.size - _SHOWN_IDS} more" if bad.size > _SHOWN_IDS else ""
             extra = num_total - self.store.num_nodes
             new = f" ({self.store.num_nodes} stored nodes + {extra} rows of new_features)" if extra else ""
-            raise InvalidArgument(f"node_ids {shown}{more} are outside the graph: expected ids in [0, {num_total}){new}")
+            raise InvalidArgument(
+                f"node_ids {shown}{more} are outside the graph: expected ids in [0, {num_total}){new}"
+            )
         return ids
 
     def _inductive(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -45,7 +45,7 @@ class ModelRepository:
     def model_names(self) -> list[str]:
         names: set[str] = set()
         for root in self.roots:
-            names.update(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+            names.update(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
         return sorted(names)
 
     def model_dir(self, name: str) -> Path:

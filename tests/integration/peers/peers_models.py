@@ -40,7 +40,9 @@ def write_linear_torchscript(path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated, TorchServe still needs it
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # torch.jit is deprecated, TorchServe still needs it
         torch.jit.trace(Linear().eval(), torch.zeros(1, 4)).save(str(path))
     return path
 

@@ -68,5 +68,5 @@ def test_stop_ends_the_process_group(tmp_path: Path) -> None:
 
 def test_prepare_needs_an_onnx_file() -> None:
     arts = ModelArtefacts("m", (TensorInfo("INPUT", "FP32", (4,)),), (), onnx=None)
-    with pytest.raises(InvalidArgument, match="needs an ONNX model"):
-        FastApiOrtPeer().prepare(arts)
+    with FastApiOrtPeer() as peer, pytest.raises(InvalidArgument, match="needs an ONNX model"):
+        peer.prepare(arts)

@@ -17,7 +17,7 @@ from servelab.bench.peers._net import http_status
 from servelab.bench.peers.base import Endpoint, ModelArtefacts, Peer, TensorInfo
 from servelab.errors import Unavailable
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # first run installs two venvs (~4 min)
 
 PEERS_DIR = Path(__file__).resolve().parents[3] / ".peers"
 X = np.random.default_rng(1).random((3, 4), dtype=np.float32)
@@ -120,3 +120,12 @@ def test_mlserver_through_the_bench_client(mlserver: Endpoint) -> None:
     )
     sweep = run_sweep(target, "linear", load, InputSpec(batch_size=2), measure_ceiling=False)
     assert sweep.levels[0].summary.completed > 0 and not sweep.levels[0].errors
+
+
+def test_a_failed_install_says_what_failed(tmp_path: Path) -> None:
+    from servelab.bench.peers._venv import PeerEnv
+
+    env = PeerEnv(tmp_path, "broken", ["servelab-no-such-package-exists==0.0.0"])
+    with pytest.raises(Unavailable, match="could not install broken's environment"):
+        env.ensure(timeout_s=300)
+    assert not env.is_ready()

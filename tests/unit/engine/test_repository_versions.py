@@ -60,6 +60,13 @@ def test_version_folders_starting_with_zero_are_ignored(tmp_path: Path) -> None:
         assert engine.get_model_metadata("m")["versions"] == ["1"]
 
 
+def test_folders_starting_with_dot_or_underscore_are_not_models(tmp_path: Path) -> None:
+    scale_model(tmp_path, "m", {1: 1.0})
+    (tmp_path / "_graphs" / "demo").mkdir(parents=True)  # data beside the models, e.g. a graph store
+    (tmp_path / ".cache").mkdir()
+    assert ModelRepository(tmp_path).model_names() == ["m"]
+
+
 def test_autocomplete_from_onnx_without_config(tmp_path: Path) -> None:
     identity_onnx(tmp_path / "auto" / "1" / "model.onnx", TensorProto.INT64, ("batch", 3))
     with Engine(tmp_path) as engine:

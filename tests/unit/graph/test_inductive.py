@@ -59,7 +59,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
-    return save_model(SageLayers(SageConfig(F, C, hidden=H, fanouts=FANOUTS)), tmp_path_factory.mktemp("model"))
+    return save_model(
+        SageLayers(SageConfig(F, C, hidden=H, fanouts=FANOUTS)), tmp_path_factory.mktemp("model")
+    )
 
 
 def _layers(model_dir: Path, x: np.ndarray, nbr1: np.ndarray, nbr2: np.ndarray) -> np.ndarray:
@@ -93,8 +95,8 @@ def _request(ids: list[int]) -> dict[str, np.ndarray]:
 
 
 # Seeds: the new nodes, stored nodes that gain an edge to them, their neighbours (2 hops away from
-# a new node), both ends of the new stored pair and a node far from every addition.
-IDS = [N, N + 1, 3, 17, 40, 4, 2, 5, 30, 50]
+# a new node), both ends of the new stored pair and two nodes more than 2 hops from every addition.
+IDS = [N, N + 1, 3, 17, 40, 4, 2, 5, 30, 50, 25]
 
 
 def test_backend_block_matches_the_store_built_with_the_additions(
@@ -121,18 +123,23 @@ def test_the_sage_ensemble_passes_new_nodes_through(
     export_repository(model_dir, without, repo, runtime="onnxruntime")
     with Engine(repo) as engine:
         got = engine.infer("sage", _request(IDS))["logits"]
-        plain = engine.infer("sage", {"node_ids": np.array([50, 2], np.int64)})["logits"]
+        plain = engine.infer("sage", {"node_ids": np.array([50, 25], np.int64)})["logits"]
         only_edges = engine.infer("sage", {"node_ids": np.array([5], np.int64), "new_edges": STORED_PAIR})
         stats = engine.get_inference_statistics("graphsage_sampler")
     np.testing.assert_allclose(got, _reference(model_dir, with_extra, np.array(IDS)), atol=1e-5)
     # Without the optional inputs nothing changes; nodes far from the additions agree either way.
-    np.testing.assert_allclose(plain, _reference(model_dir, without, np.array([50, 2])), atol=1e-5)
-    np.testing.assert_allclose(plain, got[[IDS.index(50), IDS.index(2)]], atol=1e-5)
+    np.testing.assert_allclose(plain, _reference(model_dir, without, np.array([50, 25])), atol=1e-5)
+    np.testing.assert_allclose(plain, got[[IDS.index(50), IDS.index(25)]], atol=1e-5)
     # An edge between stored nodes alone (no new_features) is an addition too.
     store_with_pair = tmp_path / "pair"
     src, dst = _ring()
     build_store(
-        store_with_pair, np.append(src, 5), np.append(dst, 30), num_nodes=N, features=FEATS[:N], progress=False
+        store_with_pair,
+        np.append(src, 5),
+        np.append(dst, 30),
+        num_nodes=N,
+        features=FEATS[:N],
+        progress=False,
     )
     np.testing.assert_allclose(
         only_edges["logits"], _reference(model_dir, store_with_pair, np.array([5])), atol=1e-5
@@ -140,7 +147,9 @@ def test_the_sage_ensemble_passes_new_nodes_through(
     assert stats["model_stats"][0]["stages"]["inductive"] == 2
 
 
-def test_exported_configs_mark_the_new_inputs_optional(stores: tuple[Path, Path], model_dir: Path, tmp_path: Path) -> None:
+def test_exported_configs_mark_the_new_inputs_optional(
+    stores: tuple[Path, Path], model_dir: Path, tmp_path: Path
+) -> None:
     repo = tmp_path / "repo"
     export_repository(model_dir, stores[0], repo, runtime="onnxruntime")
     for name in ("graphsage_sampler", "sage"):
@@ -151,7 +160,9 @@ def test_exported_configs_mark_the_new_inputs_optional(stores: tuple[Path, Path]
             ("new_edges", [-1, 2], True),
         ]
     sage = text_format.Parse((repo / "sage" / "config.pbtxt").read_text(), mc.ModelConfig())
-    assert dict(sage.ensemble_scheduling.step[0].input_map) == {n: n for n in ("node_ids", "new_features", "new_edges")}
+    assert dict(sage.ensemble_scheduling.step[0].input_map) == {
+        n: n for n in ("node_ids", "new_features", "new_edges")
+    }
 
 
 def test_repeats_self_loops_and_known_edges_are_dropped(stores: tuple[Path, Path]) -> None:
@@ -166,6 +177,11 @@ def test_repeats_self_loops_and_known_edges_are_dropped(stores: tuple[Path, Path
     assert adjacency == {3: [N], 5: [30], 30: [5], N: [3]}  # (0, 1) is already stored
     nodes, n1, nbr1, nbr2 = sample_union(indptr, indices, overlay, np.array([N]), FANOUTS, 0)
     assert nodes.tolist()[:2] == [N, 3] and n1 == 2 and nbr2[0].tolist() == [1, 2, 2, 2, 2]
+    assert nbr1.shape == (2, FANOUTS[1]) and sorted(nodes[nbr1[1][nbr1[1] < len(nodes)]].tolist()) == [
+        2,
+        4,
+        N,
+    ]
 
 
 def test_without_additions_the_union_kernel_samples_like_the_stored_one(
@@ -174,13 +190,19 @@ def test_without_additions_the_union_kernel_samples_like_the_stored_one(
     rng = np.random.default_rng(0)  # degrees well above the fan-outs: sampling really draws
     n = 400
     store, _ = build_store(
-        tmp_path / "g", rng.integers(0, n, 8000), rng.integers(0, n, 8000), num_nodes=n,
-        features=np.zeros((n, 2), np.float32), progress=False,
+        tmp_path / "g",
+        rng.integers(0, n, 8000),
+        rng.integers(0, n, 8000),
+        num_nodes=n,
+        features=np.zeros((n, 2), np.float32),
+        progress=False,
     )
     indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
     seeds = rng.choice(n, 32, replace=False)
     want = NumbaSampler(store, FANOUTS).sample(seeds, seed=1234)
-    nodes, n1, nbr1, nbr2 = sample_union(indptr, indices, build_overlay(indptr, indices, 2, None, None), seeds, FANOUTS, 1234)
+    nodes, n1, nbr1, nbr2 = sample_union(
+        indptr, indices, build_overlay(indptr, indices, 2, None, None), seeds, FANOUTS, 1234
+    )
     np.testing.assert_array_equal(nodes, want.nodes)
     np.testing.assert_array_equal(nbr1, want.nbr1)
     np.testing.assert_array_equal(nbr2, want.nbr2)
@@ -195,12 +217,20 @@ def test_without_additions_the_union_kernel_samples_like_the_stored_one(
             {"node_ids": [N + 1], "new_features": FEATS[:1]},
             rf"node_ids {N + 1} are outside the graph: expected ids in \[0, {N + 1}\) \({N} stored nodes \+ 1",
         ),
-        ({"node_ids": [0], "new_features": np.ones((1, F + 1), np.float32)}, r"new_features must be float \[new nodes, 6\]"),
-        ({"node_ids": [0], "new_features": FEATS[:1], "new_edges": [[0, N + 7]]}, rf"new_edges name node ids {N + 7} outside"),
+        (
+            {"node_ids": [0], "new_features": np.ones((1, F + 1), np.float32)},
+            r"new_features must be float \[new nodes, 6\]",
+        ),
+        (
+            {"node_ids": [0], "new_features": FEATS[:1], "new_edges": [[0, N + 7]]},
+            rf"new_edges name node ids {N + 7} outside",
+        ),
         ({"node_ids": [0], "new_edges": [[0, 1, 2]]}, r"new_edges must be integer \[edges, 2\]"),
     ],
 )
-def test_bad_additions_name_what_is_wrong(stores: tuple[Path, Path], request_: dict[str, object], message: str) -> None:
+def test_bad_additions_name_what_is_wrong(
+    stores: tuple[Path, Path], request_: dict[str, object], message: str
+) -> None:
     backend = _backend(stores[0])
     inputs = {k: np.asarray(v, np.int64 if k != "new_features" else np.float32) for k, v in request_.items()}
     with pytest.raises(InvalidArgument, match=message):

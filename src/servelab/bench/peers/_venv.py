@@ -8,6 +8,7 @@ while they match, rebuilt when they change. Any torch requirement must carry the
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -22,17 +23,19 @@ TORCH_PIN = "torch==2.13.0"
 _STAMP = ".servelab-installed"
 
 
+def _name(requirement: str) -> str:
+    """The distribution name of a requirement string, lower-case."""
+    match = re.match(r"\s*([A-Za-z0-9_.-]+)", requirement)
+    return match.group(1).lower() if match else ""
+
+
 class PeerEnv:
     """The venv of one peer; ``ensure()`` installs it once, later calls are free."""
 
     def __init__(
         self, peers_dir: Path, name: str, requirements: Sequence[str], python: str | None = None
     ) -> None:
-        bad = [
-            r
-            for r in requirements
-            if r.split("[")[0].split("=")[0].strip().lower() == "torch" and r != TORCH_PIN
-        ]
+        bad = [r for r in requirements if _name(r) == "torch" and r.replace(" ", "") != TORCH_PIN]
         if bad:
             raise InvalidArgument(f"peer {name!r}: torch must be pinned as {TORCH_PIN!r}, got {bad}")
         self.name = name

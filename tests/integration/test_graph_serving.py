@@ -1,0 +1,150 @@
+"""The GraphSAGE `sage` ensemble behind `servelab serve`, called through stock tritonclient.
+
+A small graph whose degrees never exceed the fan-outs (so sampling keeps every neighbour and the
+answer is deterministic) is built here, a tiny model is trained on it for a few steps and exported
+with ONNX Runtime layers; the served answers must equal the in-process Engine's for the same ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from conftest import ServerProcess, running_server
+from tritonclient.utils import InferenceServerException
+
+from servelab import Engine
+from servelab.graph.export import export_repository
+from servelab.graph.store import build_store
+from servelab.graph.train import TrainConfig, train_to_dir
+
+N, F, CLASSES = 400, 8, 4
+FANOUTS = (5, 5)
+IDS = np.array([0, 7, 123, 399, 7], np.int64)
+NEW_FEATURES = np.linspace(-1, 1, 2 * F, dtype=np.float32).reshape(2, F)
+NEW_EDGES = np.array([[N, 3], [N, N + 1], [N + 1, 250]], np.int64)
+
+
+def _graph(path: Path) -> Path:
+    """A ring with chords (degrees 2-3), labels by position so that training has something to learn."""
+    rng = np.random.default_rng(0)
+    ring = np.arange(N)
+    src = np.concatenate([ring, ring[::5]])
+    dst = np.concatenate([(ring + 1) % N, (ring[::5] + N // 2) % N])
+    labels = (ring * CLASSES // N).astype(np.int64)
+    feats = (rng.standard_normal((N, F)) + labels[:, None] * 0.5).astype(np.float32)
+    store, _ = build_store(path, src, dst, num_nodes=N, features=feats, labels=labels, progress=False)
+    assert store.degrees().max() <= min(FANOUTS)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sage_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sage")
+    repo = root / "models"
+    graph = _graph(repo / "_graphs" / "ring")
+    cfg = TrainConfig(hidden=16, fanouts=FANOUTS, batch_size=64, steps=5, eval_nodes=100)
+    train_to_dir(graph, root / "model", cfg)
+    export_repository(root / "model", graph, repo, runtime="onnxruntime")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def sage_server(sage_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with running_server(sage_repo, tmp_path_factory.mktemp("logs"), "sage") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def expected(sage_repo: Path) -> dict[str, dict[str, np.ndarray]]:
+    """In-process answers: plain ids, and ids with two new nodes joined to the graph."""
+    with Engine(sage_repo) as engine:
+        return {kind: engine.infer("sage", arrays) for kind, arrays in _requests().items()}
+
+
+def _grpc_inputs(arrays: dict[str, np.ndarray]) -> list[grpcclient.InferInput]:
+    inputs = []
+    for name, array in arrays.items():
+        tensor = grpcclient.InferInput(
+            name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32"
+        )
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def _http_inputs(arrays: dict[str, np.ndarray]) -> list[httpclient.InferInput]:
+    inputs = []
+    for name, array in arrays.items():
+        tensor = httpclient.InferInput(
+            name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32"
+        )
+        tensor.set_data_from_numpy(array, binary_data=True)
+        inputs.append(tensor)
+    return inputs
+
+
+def _requests() -> dict[str, dict[str, np.ndarray]]:
+    return {
+        "plain": {"node_ids": IDS},
+        "inductive": {
+            "node_ids": np.array([N, N + 1, 3], np.int64),
+            "new_features": NEW_FEATURES,
+            "new_edges": NEW_EDGES,
+        },
+    }
+
+
+@pytest.mark.parametrize("kind", ["plain", "inductive"])
+def test_grpc_answer_equals_the_engine(
+    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str
+) -> None:
+    with grpcclient.InferenceServerClient(sage_server.grpc_address) as client:
+        assert client.is_model_ready("sage")
+        result = client.infer("sage", _grpc_inputs(_requests()[kind]))
+    for name in ("logits", "embeddings"):
+        np.testing.assert_allclose(result.as_numpy(name), expected[kind][name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["plain", "inductive"])
+def test_http_answer_equals_the_engine(
+    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str
+) -> None:
+    with httpclient.InferenceServerClient(sage_server.http_address) as client:
+        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in ("logits", "embeddings")]
+        result = client.infer("sage", _http_inputs(_requests()[kind]), outputs=outputs)
+    for name in ("logits", "embeddings"):
+        np.testing.assert_allclose(result.as_numpy(name), expected[kind][name], rtol=1e-5, atol=1e-6)
+
+
+def test_bad_node_id_is_a_client_error_naming_the_id(sage_server: ServerProcess) -> None:
+    bad = {"node_ids": np.array([5, N + 17], np.int64)}
+    grpc_client = grpcclient.InferenceServerClient(sage_server.grpc_address)
+    with grpc_client, pytest.raises(InferenceServerException) as grpc_err:
+        grpc_client.infer("sage", _grpc_inputs(bad))
+    assert grpc_err.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert f"node_ids {N + 17} are outside the graph" in grpc_err.value.message()
+    http_client = httpclient.InferenceServerClient(sage_server.http_address)
+    with http_client, pytest.raises(InferenceServerException) as http_err:
+        http_client.infer("sage", _http_inputs(bad))
+    assert http_err.value.status() == "400"
+    assert f"node_ids {N + 17} are outside the graph" in http_err.value.message()
+
+
+def test_statistics_show_the_stages(sage_server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(sage_server.grpc_address) as client:
+        client.infer("sage", _grpc_inputs({"node_ids": IDS}))
+    sampler = httpx.get(f"{sage_server.http_url}/v2/models/graphsage_sampler/stats").json()
+    stages = sampler["model_stats"][0]["stages"]
+    assert stages["count"] >= 1 and stages["sample_ns"] > 0 and stages["gather_ns"] > 0
+    assert stages["seeds"] >= IDS.size
+    sage = httpx.get(f"{sage_server.http_url}/v2/models/sage/stats").json()["model_stats"][0]
+    steps = sage["stages"]["steps"]
+    assert [s["model_name"] for s in steps] == ["graphsage_sampler", "graphsage_layers"]
+    assert all(s["calls"] >= 1 and s["total_ns"] > 0 for s in steps)
+    assert sage["inference_stats"]["success"]["count"] >= 1
