@@ -161,6 +161,13 @@ class DataPlane:
         lv.stats.record_request(True, time.perf_counter_ns() - t0)
         return result
 
+    def record_wire(self, response: InferResponse, decode_ns: int, encode_ns: int) -> None:
+        """Front-ends report their decode and encode time per answered request (statistics ``wire_stats``)."""
+        if response.model_version:
+            lv = self.registry.loaded(response.model_name, int(response.model_version))
+            if lv is not None:
+                lv.stats.record_wire(decode_ns, encode_ns)
+
     def _internal_infer(self, name: str, version: str, inputs: Inputs) -> Outputs:
         """How ensembles call their steps: validated, scheduled and counted like any request."""
         return self.infer_arrays(name, inputs, version)

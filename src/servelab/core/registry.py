@@ -122,6 +122,11 @@ class ModelRegistry:
                 f"model '{name}' has no version {version!r} loaded; loaded versions: {sorted(versions)}"
             ) from None
 
+    def loaded(self, name: str, version: int) -> LoadedVersion | None:
+        """The loaded version, or None (no exception: for bookkeeping after a request was answered)."""
+        record = self._records.get(name)
+        return record.versions.get(version) if record is not None else None
+
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
             self.get(name, version)

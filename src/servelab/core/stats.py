@@ -48,6 +48,9 @@ class ModelStats:
         self.compute_output = Duration()
         self.cache_hit = Duration()
         self.cache_miss = Duration()
+        #: front-end time per request: wire decode before the data plane, encode after it
+        self.wire_decode = Duration()
+        self.wire_encode = Duration()
         self.batches: dict[int, BatchStats] = {}
 
     def record_execution(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
@@ -78,6 +81,11 @@ class ModelStats:
         with self._lock:
             self.queue.add(ns)
 
+    def record_wire(self, decode_ns: int, encode_ns: int) -> None:
+        with self._lock:
+            self.wire_decode.add(decode_ns)
+            self.wire_encode.add(encode_ns)
+
     def record_cache(self, hit: bool, ns: int) -> None:
         with self._lock:
             (self.cache_hit if hit else self.cache_miss).add(ns)
@@ -100,6 +108,7 @@ class ModelStats:
                     "cache_hit": self.cache_hit.as_dict(),
                     "cache_miss": self.cache_miss.as_dict(),
                 },
+                "wire_stats": {"decode": self.wire_decode.as_dict(), "encode": self.wire_encode.as_dict()},
                 "batch_stats": [
                     {
                         "batch_size": size,

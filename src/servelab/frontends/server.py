@@ -27,7 +27,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from servelab.config.settings import ControlMode, ServerSettings
+from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.core.registry import ModelRegistry
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app

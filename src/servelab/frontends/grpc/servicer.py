@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from time import perf_counter_ns
 from typing import Any, TypeAlias
 
 import grpc.aio
@@ -97,8 +98,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request)
 
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        response = await self.dataplane.infer_async(decode_request(request))
-        return encode_response(response)
+        t0 = perf_counter_ns()
+        decoded = decode_request(request)
+        t1 = perf_counter_ns()
+        response = await self.dataplane.infer_async(decoded)
+        t2 = perf_counter_ns()
+        encoded = encode_response(response)
+        self.dataplane.record_wire(response, t1 - t0, perf_counter_ns() - t2)
+        return encoded
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from time import perf_counter_ns
 from typing import Any
 
 from starlette.requests import Request
@@ -69,6 +70,7 @@ async def infer(request: Request) -> Response:
     dp = dataplane(request)
     limits = settings(request).limits
     body = await read_body(request, limits.max_body_bytes)
+    t0 = perf_counter_ns()
     header_length = request.headers.get(_HEADER_LENGTH)
     if header_length is not None and header_length.strip() == "0":
         decoded = raw_request(body, dp.model_metadata(name, version), name, version, limits.max_tensor_elements)
@@ -76,8 +78,11 @@ async def infer(request: Request) -> Response:
         header_raw, tail = split_body(body, header_length)
         header = parse_json_object(header_raw, "inference request")
         decoded = decode_infer(header, tail, name, version, limits.max_tensor_elements)
+    t1 = perf_counter_ns()
     response = await dp.infer_async(decoded.request)
+    t2 = perf_counter_ns()
     payload, json_length = encode_infer(response, decoded)
+    dp.record_wire(response, t1 - t0, perf_counter_ns() - t2)
     if json_length is None:
         return Response(payload, media_type="application/json")
     return Response(
