@@ -3,9 +3,15 @@
     python benchmarks/serving_overhead.py [--duration-s 3] [--concurrency 1 8 64]
 
 Batch-1 requests for Triton's ``simple`` (INT32 [1, 16] add/sub) at each concurrency, closed loop,
-from aiohttp / grpc.aio clients in this process (the servers run in their own processes). Reports
-requests/s, P50 and P99 per (target, concurrency) and each servelab target's ratio to the baseline
-measured in the same run. Writes benchmarks/results/serving_overhead.json.
+from aiohttp / grpc.aio clients in this process (the servers run in their own processes). Targets are
+measured in interleaved rounds (baseline, then each servelab protocol, per concurrency, ``--rounds``
+times; the median round is kept) so that machine noise hits them alike. Reports requests/s, P50 and
+P99 per (target, concurrency), each servelab target's ratio to the baseline measured in the same run,
+and the server-side time per request (wire decode, queue, compute, wire encode) read from servelab's
+statistics extension. Writes benchmarks/results/serving_overhead.json.
+
+The baseline is ``servelab.bench.peers.fastapi_ort``: a minimal FastAPI + onnxruntime app (OIP JSON,
+session in the thread pool), the "ONNX Runtime + Flask" row of the published comparisons.
 """
 
 from __future__ import annotations
@@ -171,22 +177,81 @@ async def _closed_loop(call: Call, concurrency: int, warmup_s: float, duration_s
     }
 
 
-async def _measure(targets: dict[str, str], concurrencies: list[int], warmup_s: float, duration_s: float) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    connector = aiohttp.TCPConnector(limit=max(concurrencies))
+TARGETS = ("baseline_fastapi_ort_json", "servelab_rest_json", "servelab_rest_binary", "servelab_grpc")
+_PARTS = ("decode", "queue", "compute", "encode")
+
+
+def _server_split(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """Server-side microseconds per request between two /v2/models/simple/stats snapshots."""
+    def totals(doc: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        m = doc["model_stats"][0]
+        s, w = m["inference_stats"], m.get("wire_stats", {})
+        compute = sum(s[k]["ns"] for k in ("compute_input", "compute_infer", "compute_output"))
+        return {
+            "requests": (s["success"]["count"], s["success"]["ns"]),
+            "decode": (w.get("decode", {}).get("count", 0), w.get("decode", {}).get("ns", 0)),
+            "queue": (s["queue"]["count"], s["queue"]["ns"]),
+            "compute": (s["compute_infer"]["count"], compute),
+            "encode": (w.get("encode", {}).get("count", 0), w.get("encode", {}).get("ns", 0)),
+        }
+
+    a, b = totals(before), totals(after)
+    out: dict[str, float] = {}
+    for part in _PARTS:
+        count = b[part][0] - a[part][0]
+        out[f"{part}_us"] = round((b[part][1] - a[part][1]) / count / 1e3, 2) if count else 0.0
+    return out
+
+
+async def _stats(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with session.get(url) as r:
+        return orjson.loads(await r.read())
+
+
+async def _measure(
+    targets: dict[str, str], concurrencies: list[int], warmup_s: float, duration_s: float, rounds: int
+) -> list[dict[str, Any]]:
+    samples: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    connector = aiohttp.TCPConnector(limit=max(concurrencies) + 4)
     async with aiohttp.ClientSession(connector=connector) as session, grpc.aio.insecure_channel(targets["grpc"]) as channel:
         calls: dict[str, Call] = {
+            "baseline_fastapi_ort_json": _http_call(session, targets["baseline"], JSON_BODY, {"Content-Type": "application/json"}, False),
             "servelab_rest_json": _http_call(session, targets["rest"], JSON_BODY, {"Content-Type": "application/json"}, False),
             "servelab_rest_binary": _http_call(session, targets["rest"], BINARY_BODY, BINARY_HEADERS, True),
             "servelab_grpc": _grpc_call(channel),
-            "baseline_fastapi_ort_json": _http_call(session, targets["baseline"], JSON_BODY, {"Content-Type": "application/json"}, False),
         }
-        for name, call in calls.items():
+        for rnd in range(rounds):
             for c in concurrencies:
-                row = {"target": name, **await _closed_loop(call, c, warmup_s, duration_s)}
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+                for name in TARGETS:
+                    before = await _stats(session, targets["stats"]) if name.startswith("servelab") else None
+                    row = {"target": name, "round": rnd, **await _closed_loop(calls[name], c, warmup_s, duration_s)}
+                    if before is not None:
+                        row.update(_server_split(before, await _stats(session, targets["stats"])))
+                    print(json.dumps(row), flush=True)
+                    samples.setdefault((name, c), []).append(row)
+    # the median round by throughput, per target and concurrency
+    rows = []
+    for (_, _), runs in samples.items():
+        runs.sort(key=lambda r: r["requests_per_s"])
+        rows.append({**runs[len(runs) // 2], "rounds_rps": [r["requests_per_s"] for r in runs]})
     return rows
+
+
+def _print_table(rows: list[dict[str, Any]], ratios: dict[str, dict[str, float]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Batch-1 `simple`: servelab vs FastAPI + onnxruntime (median of rounds)")
+    for col in ("target", "c", "req/s", "x baseline", "P50 ms", "P99 ms", "decode us", "queue us", "compute us", "encode us"):
+        table.add_column(col, justify="right")
+    for r in sorted(rows, key=lambda r: (TARGETS.index(r["target"]), r["concurrency"])):
+        ratio = ratios.get(r["target"], {}).get(str(r["concurrency"]))
+        table.add_row(
+            r["target"], str(r["concurrency"]), f"{r['requests_per_s']:.0f}", f"{ratio:.2f}" if ratio else "1.00",
+            f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}",
+            *(f"{r[f'{p}_us']:.1f}" if f"{p}_us" in r else "-" for p in _PARTS),
+        )
+    Console(width=160).print(table)
 
 
 def _ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -203,6 +268,7 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=3.0)
     parser.add_argument("--warmup-s", type=float, default=0.5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -217,8 +283,8 @@ def main() -> None:
                 env=env, stdout=subprocess.DEVNULL)
             procs.append(servelab)
             baseline = subprocess.Popen(
-                [sys.executable, str(HERE / "baselines" / "fastapi_ort.py"), str(repo / "simple" / "1" / "model.onnx"),
-                 "--port", str(base)], env=env)
+                [sys.executable, "-m", "servelab.bench.peers.fastapi_ort", "--model", str(repo / "simple" / "1" / "model.onnx"),
+                 "--name", "simple", "--port", str(base), "--intra-op-threads", "1"], env=env)
             procs.append(baseline)
             _wait_ready(f"http://127.0.0.1:{http}/v2/health/ready", servelab)
             _wait_ready(f"http://127.0.0.1:{base}/v2/health/ready", baseline)
@@ -226,8 +292,9 @@ def main() -> None:
                 "rest": f"http://127.0.0.1:{http}/v2/models/simple/infer",
                 "grpc": f"127.0.0.1:{grpc_port}",
                 "baseline": f"http://127.0.0.1:{base}/v2/models/simple/infer",
+                "stats": f"http://127.0.0.1:{http}/v2/models/simple/stats",
             }
-            rows = asyncio.run(_measure(targets, args.concurrency, args.warmup_s, args.duration_s))
+            rows = asyncio.run(_measure(targets, args.concurrency, args.warmup_s, args.duration_s, args.rounds))
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -243,8 +310,10 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "duration_s": args.duration_s,
         "results": rows,
+        "rounds": args.rounds,
         "ratio_to_baseline_rps": _ratios(rows),
     }
+    _print_table(rows, result["ratio_to_baseline_rps"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {args.out}")

@@ -87,7 +87,9 @@ def build_graph_pipeline(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repo", type=Path, default=HERE / "repository")
     parser.add_argument("--nodes", type=int, default=100_000)
     args = parser.parse_args()

@@ -159,6 +159,8 @@ def test_exported_configs_mark_the_new_inputs_optional(
             ("new_features", [-1, F], True),
             ("new_edges", [-1, 2], True),
         ]
+    layers = text_format.Parse((repo / "graphsage_layers" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert layers.parameters["allow_spinning"].string_value == "0"  # thread budget shared with the sampler
     sage = text_format.Parse((repo / "sage" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert dict(sage.ensemble_scheduling.step[0].input_map) == {
         n: n for n in ("node_ids", "new_features", "new_edges")

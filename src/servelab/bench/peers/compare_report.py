@@ -2,15 +2,39 @@
 
 from __future__ import annotations
 
+import base64
 import html
+import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COLUMNS", "row_cells", "write_html"]
+__all__ = ["COLUMNS", "best_cells", "chart_png", "row_cells", "write_html"]
 
 COLUMNS: tuple[str, ...] = (
     "target", "protocol", "batch", "P50 ms", "P99 ms", "req/s", "inf/s", "x thr", "x P50", "RSS MB", "stable",
 )  # fmt: skip
+
+#: what each column means, shown under the HTML table
+COLUMN_HELP: tuple[tuple[str, str], ...] = (
+    ("batch", "samples per request (client-side batch)"),
+    ("P50 ms / P99 ms", "median and 99th-percentile request latency seen by the client"),
+    ("req/s, inf/s", "requests and inferences (requests x batch) completed per second"),
+    ("x thr", "inf/s divided by the baseline's inf/s at the same batch size (higher is better)"),
+    ("x P50", "P50 divided by the baseline's P50 at the same batch size (lower is better)"),
+    ("RSS MB", "resident memory of the server process and its children (- for in-process)"),
+    ("stable", "yes when the last 3 windows agreed within 10% in req/s and P50; "
+               "no when the level hit the window limit first (the numbers are still measured)"),
+)  # fmt: skip
+
+#: column index -> (value of a row, True when higher is better); the cells the report ranks
+_RANKED: dict[int, tuple[Callable[[Any], float | None], bool]] = {
+    3: (lambda r: r.p50_ms, False),
+    4: (lambda r: r.p99_ms, False),
+    5: (lambda r: r.requests_per_s, True),
+    6: (lambda r: r.inferences_per_s, True),
+    9: (lambda r: r.server_rss_mb, False),
+}
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -27,35 +51,107 @@ def row_cells(row: Any) -> list[str]:
     ]  # fmt: skip
 
 
-_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
-th,td{padding:4px 10px;border-bottom:1px solid #ddd;text-align:right}th:first-child,td:first-child,
-td:nth-child(2){text-align:left}.bar{display:inline-block;height:10px;background:#4a7bd0;margin-right:6px}
-.note{color:#666;font-size:90%}"""
+def best_cells(rows: list[Any], baseline: str | None) -> set[tuple[int, int]]:
+    """(row index, column index) of the best P50, P99, req/s, inf/s and RSS per batch size.
+
+    The baseline is the reference, not a contender, so it is not ranked (unless it is the only row of its
+    batch size); ties are all marked."""
+    marked: set[tuple[int, int]] = set()
+    for b in {r.batch_size for r in rows}:
+        group = [i for i, r in enumerate(rows) if r.batch_size == b]
+        contenders = [i for i in group if rows[i].target != baseline] or group
+        for col, (value, higher) in _RANKED.items():
+            vals = {i: value(rows[i]) for i in contenders}
+            known = {i: v for i, v in vals.items() if v is not None and v == v}
+            if len(known) < 2 and len(contenders) > 1:
+                continue  # nothing to rank against
+            if known:
+                top = max(known.values()) if higher else min(known.values())
+                marked.update((i, col) for i, v in known.items() if v == top)
+    return marked
 
 
-def _bars(rows: list[Any]) -> str:
-    """Throughput per target, one block per batch size, as plain CSS bars."""
-    parts = []
-    for b in sorted({r.batch_size for r in rows}):
-        block = [r for r in rows if r.batch_size == b]
-        top = max((r.inferences_per_s for r in block), default=0.0) or 1.0
-        lines = "".join(
-            f"<tr><td>{html.escape(r.target)}</td><td><span class='bar' style='width:{300 * r.inferences_per_s / top:.0f}px'>"
-            f"</span>{r.inferences_per_s:,.0f}</td></tr>"
-            for r in block
-        )
-        parts.append(f"<h3>Batch {b}: inferences/s</h3><table>{lines}</table>")
-    return "".join(parts)
+def chart_png(rows: list[Any], batch_size: int, baseline: str | None = None) -> bytes:
+    """Two panels for one batch size: inferences/s per target, and P50 (bar) with P99 (tick) per target."""
+    # lazy: the terminal table does not need matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    block = [r for r in rows if r.batch_size == batch_size]
+    labels = [r.target for r in block]
+    ys = list(range(len(block)))[::-1]  # first target on top
+    colors = ["#9aa5b1" if r.target == baseline else "#3b6fc4" for r in block]
+    fig = Figure(figsize=(11, 0.45 * len(block) + 1.3))
+    thr, lat = fig.subplots(1, 2, sharey=True)
+    thr.barh(ys, [r.inferences_per_s for r in block], color=colors)
+    top = max((r.inferences_per_s for r in block), default=0.0) or 1.0
+    for y, r in zip(ys, block, strict=True):
+        thr.text(r.inferences_per_s + top * 0.01, y, f"{r.inferences_per_s:,.0f}", va="center", fontsize=9)
+    thr.set_xlim(0, top * 1.25)
+    thr.xaxis.set_major_locator(MaxNLocator(5))
+    thr.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:,.0f}"))
+    thr.set_title(f"batch {batch_size}: inferences/s (higher is better)", fontsize=11)
+    thr.set_yticks(ys, labels)
+    lat.barh(ys, [r.p50_ms for r in block], color=colors)
+    lat.scatter([r.p99_ms for r in block], ys, marker="|", s=300, color="#c0392b", linewidths=2)
+    lat.set_title(f"batch {batch_size}: latency ms (lower is better)", fontsize=11)
+    p99 = Line2D([], [], marker="|", linestyle="none", color="#c0392b", markersize=12, markeredgewidth=2)
+    lat.legend([Patch(color="#3b6fc4"), p99], ["P50", "P99"], loc="lower right", fontsize=9)
+    for ax in (thr, lat):
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
+table{border-collapse:collapse;font-variant-numeric:tabular-nums}
+th,td{padding:5px 12px;border-bottom:1px solid #ddd;text-align:right}
+th{background:#f3f4f6;border-bottom:2px solid #bbb}
+th:nth-child(-n+2),td:nth-child(-n+2){text-align:left}
+tr.group td{border-top:2px solid #888}tr.base td{background:#f6f6f6;color:#555}
+td.best{background:#d9f2dd;font-weight:600}td.unstable{color:#b35c00}
+.note{color:#555;font-size:90%}dl{font-size:90%;display:grid;grid-template-columns:max-content auto;gap:2px 12px}
+dt{font-weight:600}dd{margin:0}img{display:block;max-width:100%;margin:8px 0 16px}"""
+
+
+def _table(rows: list[Any], baseline: str | None) -> str:
+    best = best_cells(rows, baseline)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = []
+    prev = None
+    for i, r in enumerate(rows):
+        classes = [c for c, on in (("group", prev is not None and r.batch_size != prev),
+                                   ("base", r.target == baseline)) if on]  # fmt: skip
+        prev = r.batch_size
+        cells = []
+        for j, text in enumerate(row_cells(r)):
+            cls = "best" if (i, j) in best else "unstable" if j == 10 and not r.stable else ""
+            cells.append(
+                f"<td class='{cls}'>{html.escape(text)}</td>" if cls else f"<td>{html.escape(text)}</td>"
+            )
+        attr = f" class='{' '.join(classes)}'" if classes else ""
+        body.append(f"<tr{attr}>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def write_html(result: Any, path: Path) -> None:
     """Write the comparison (a CompareResult) as one HTML file with no external resources."""
-    rows = result.rows()
     spec = result.spec
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r)) + "</tr>" for r in rows
+    # grouped by batch size, targets in the order they were measured
+    rows = sorted(result.rows(), key=lambda r: r.batch_size)
+    charts = "".join(
+        f"<img alt='batch {b}: inferences/s and latency per target' "
+        f"src='data:image/png;base64,{base64.b64encode(chart_png(rows, b, spec.baseline)).decode()}'>"
+        for b in sorted({r.batch_size for r in rows})
     )
+    legend = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in COLUMN_HELP)
     skipped = "".join(
         f"<li><b>{html.escape(o.label)}</b>: {html.escape(o.error or '')}</li>"
         for o in result.outcomes
@@ -65,15 +161,20 @@ def write_html(result: Any, path: Path) -> None:
         f"<li><b>{html.escape(o.label)}</b>: {html.escape(', '.join(f'{k}={v}' for k, v in o.description.items() if k != 'target'))}</li>"
         for o in result.outcomes
     )
+    base = html.escape(spec.baseline or "none")
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>servelab compare: {html.escape(spec.model)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>servelab compare: {html.escape(spec.model)}</h1>"
         f"<p class='note'>Closed loop, {spec.concurrency} concurrent requests, client batch sizes "
         f"{', '.join(map(str, spec.batch_sizes))}; windows of {spec.measurement_interval_ms} ms (at most "
-        f"{spec.max_windows}); ratios against <b>{html.escape(spec.baseline or 'none')}</b> at the same batch size "
-        f"(x thr = inferences/s ratio, x P50 = latency ratio). RSS includes the server's child processes.</p>"
-        f"<table><tr>{head}</tr>{body}</table>{_bars(rows)}<h3>Targets</h3><ul>{described}</ul>"
-        + (f"<h3>Not measured</h3><ul>{skipped}</ul>" if skipped else "")
+        f"{spec.max_windows}); ratios against <b>{base}</b> at the same batch size. Targets were measured one "
+        f"at a time on the same machine.</p>"
+        f"<section id='results'>{_table(rows, spec.baseline)}</section>"
+        f"<p class='note'><span style='background:#d9f2dd;padding:0 4px'>Green</span>: best value at that batch "
+        f"size among the compared targets; the baseline (<b>{base}</b>, grey) is the reference and is not "
+        f"ranked.</p><dl>{legend}</dl>"
+        f"<h2>Charts</h2><section id='charts'>{charts}</section><h2>Targets</h2><ul>{described}</ul>"
+        + (f"<h2>Not measured</h2><ul>{skipped}</ul>" if skipped else "")
         + "</body></html>"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
