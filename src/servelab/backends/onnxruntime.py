@@ -176,6 +176,8 @@ class OnnxRuntimeBackend(Backend):
     def _session_options(self) -> ort.SessionOptions:
         cfg = self.config
         opts = ort.SessionOptions()
+        # runtime errors reach the client as the request's error; ORT need not print them to stderr too
+        opts.log_severity_level = int_param(cfg, "log_severity_level", 4) or 4
         opts.intra_op_num_threads = int_param(cfg, "intra_op_thread_count", self.ctx.threads) or 0
         inter = int_param(cfg, "inter_op_thread_count", None)
         if inter is not None:

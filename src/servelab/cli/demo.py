@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console(width=150)
 
 
 def sample_inputs(meta: dict[str, Any], batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
@@ -37,6 +37,7 @@ def sample_inputs(meta: dict[str, Any], batch: int = 1, seed: int = 0) -> dict[s
 
 def run_models(repo: Path, calls: int = 200) -> None:
     from servelab import Engine
+    from servelab.errors import ServelabError
 
     table = Table(title=f"servelab demo: every model in {repo}, in-process")
     for col in ("model", "backend", "state", "inputs", "outputs", "P50 us", "P99 us"):
@@ -50,7 +51,12 @@ def run_models(repo: Path, calls: int = 200) -> None:
             meta = engine.get_model_metadata(name)
             backend = engine.get_model_config(name).get("backend", meta["platform"])
             inputs = sample_inputs(meta)
-            result = engine.infer(name, inputs)
+            try:
+                result = engine.infer(name, inputs)
+            except ServelabError as exc:  # e.g. random data that is not valid for this model
+                table.add_row(name, backend, "[green]READY[/]", f"[yellow]random input refused: {exc.message[:60]}[/]",
+                              "", "", "")
+                continue
             times = []
             for _ in range(calls):
                 t0 = time.perf_counter_ns()
