@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Any, Annotated
 
 import typer
 from rich.console import Console
@@ -39,7 +39,8 @@ def _fail(exc: ServelabError) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _load_npy(path: Path | None) -> object:
+def _load_npy(path: Path | None) -> Any:
+    """A memory-mapped .npy array, or None."""
     if path is None:
         return None
     import numpy as np
