@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
