@@ -90,15 +90,21 @@ class TorchServePeer(Peer):
             )
         self.artefacts = artefacts
         build = self.work_dir / "build"
+        build.mkdir(parents=True, exist_ok=True)
+        (build / "io.json").write_text(json.dumps({"input_dims": list(artefacts.inputs[0].dims)}))
+        self._archive(artefacts.name, artefacts.torchscript, _HANDLER, [build / "io.json"])
+
+    def _archive(self, name: str, serialized: Path, handler: Path, extra_files: list[Path]) -> None:
+        """Build ``model-store/<name>.mar`` with torch-model-archiver (the handler is copied in first)."""
+        build = self.work_dir / "build"
         store = self.work_dir / "model-store"
         build.mkdir(parents=True, exist_ok=True)
         store.mkdir(parents=True, exist_ok=True)
-        shutil.copy(_HANDLER, build / "servelab_handler.py")
-        (build / "io.json").write_text(json.dumps({"input_dims": list(artefacts.inputs[0].dims)}))
+        shutil.copy(handler, build / "servelab_handler.py")
         argv = [
-            str(self.env.bin("torch-model-archiver")), "--model-name", artefacts.name, "--version", "1.0",
-            "--serialized-file", str(artefacts.torchscript), "--handler", str(build / "servelab_handler.py"),
-            "--extra-files", str(build / "io.json"), "--export-path", str(store), "--force",
+            str(self.env.bin("torch-model-archiver")), "--model-name", name, "--version", "1.0",
+            "--serialized-file", str(serialized), "--handler", str(build / "servelab_handler.py"),
+            "--extra-files", ",".join(str(p) for p in extra_files), "--export-path", str(store), "--force",
         ]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
         if done.returncode != 0:
