@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
-	$(PY) -m servelab.protocol.codegen --force
+	$(PY) -c "import servelab.protocol"  # generates the gRPC/protobuf code from the bundled .proto files
 	touch $(STAMP)
 
 venv: $(STAMP)
