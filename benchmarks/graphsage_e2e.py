@@ -7,6 +7,19 @@ JSON in and out. Clients run in this process (grpc.aio with raw_input_contents, 
 tensors), closed loop: batch 1 and batch 32 at concurrency 1 (P50/P99), then batch 32 at
 ``concurrency`` requests in flight (nodes/s). Sampling share comes from the server's statistics
 (``stages`` of graphsage_sampler), as a share of the client-side latency of the same requests.
+
+Real TorchServe 0.12, where its venv is installed (``.peers/torchserve``, see
+servelab.bench.peers.torchserve_graphsage): the same Python sampler + torch (TorchScript) in a TorchServe
+handler, one worker, JSON in and out, measured with the same queries and load. It is the baseline the
+issue's end-to-end ratios are taken against (``vs_torchserve_*``); the FastAPI app is a stronger Python
+baseline, reported too (``speedup_b1_p50`` / ``throughput_ratio``).
+
+Run on its own, this script also measures in-process rows (servelab's Engine on the numba + ONNX
+Runtime repository against the TorchServe-style function: Python sampler + torch eager), prints the
+like-for-like ratios (in-process with in-process, end-to-end with end-to-end) and writes
+benchmarks/results/graphsage_e2e.json:
+
+    .venv/bin/python benchmarks/graphsage_e2e.py --graph-dir G --model-dir M
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,11 +46,14 @@ import grpc.aio
 import numpy as np
 import orjson
 
+from servelab.bench.peers._venv import PeerEnv
 from servelab.graph.export import export_repository
 from servelab.protocol import grpc_service_pb2, grpc_service_pb2_grpc
 
 HOST = "127.0.0.1"
 BASELINE_E2E = "TorchServe-style (FastAPI + Python sampler + torch eager)"
+TORCHSERVE_E2E = "TorchServe 0.12 (Python sampler + TorchScript)"
+PEERS_DIR = Path(__file__).resolve().parent.parent / ".peers"
 LABELS = {
     "onnxruntime": "servelab + ONNX Runtime",
     "openvino": "servelab + OpenVINO",
@@ -62,8 +79,22 @@ class E2ERow:
     sample_share: float = math.nan
     #: the ensemble's own time in the server / client latency (the rest is transport and front-end)
     server_share: float = math.nan
+    #: against the FastAPI baseline (BASELINE_E2E)
     speedup_b1_p50: float = math.nan
     throughput_ratio: float = math.nan
+    #: against real TorchServe (TORCHSERVE_E2E), when it ran
+    vs_torchserve_b1_p50: float = math.nan
+    vs_torchserve_nodes_per_s: float = math.nan
+
+
+@dataclass(frozen=True)
+class TorchServeOptions:
+    """Where TorchServe's venv lives and how it serves: torch threads, TorchServe's batch size."""
+
+    peers_dir: Path = PEERS_DIR
+    torch_threads: int = 1
+    batch_size: int = 1
+    max_batch_delay_ms: int = 1
 
 
 @dataclass(frozen=True)
@@ -366,6 +397,43 @@ async def _baseline_clients(base: str, queries: np.ndarray, classes: int, load: 
         return await _measure(BASELINE_E2E, "REST JSON", call, queries, load, _baseline_stats(base))
 
 
+def _torchserve_row(
+    model_dir: Path, graph_dir: Path, queries: np.ndarray, classes: int, load: Load, opts: TorchServeOptions
+) -> E2ERow | None:
+    """Real TorchServe with the GraphSAGE handler, or None (and why, printed) where it is not installed."""
+    from servelab.bench.peers.torchserve import JAVA_HINT, REQUIREMENTS
+    from servelab.bench.peers.torchserve_graphsage import TorchServeGraphSagePeer, graphsage_artefacts
+    from servelab.graph.model import load_model
+
+    if shutil.which("java") is None:
+        print(f"TorchServe row skipped: {JAVA_HINT}", flush=True)
+        return None
+    if not PeerEnv(opts.peers_dir, "torchserve", REQUIREMENTS).is_ready():
+        print(f"TorchServe row skipped: no TorchServe venv under {opts.peers_dir} (run the live peer tests "
+              "or `servelab compare` with a torchserve target once to install it)", flush=True)  # fmt: skip
+        return None
+    fanouts = load_model(model_dir)[0].config.fanouts
+    with TorchServeGraphSagePeer(
+        opts.peers_dir, graph_dir, fanouts, torch_threads=opts.torch_threads,
+        batch_size=opts.batch_size, max_batch_delay_ms=opts.max_batch_delay_ms,
+    ) as peer:  # fmt: skip
+        peer.prepare(graphsage_artefacts(model_dir, peer.work_dir / "export"))
+        endpoint = peer.start()
+        return asyncio.run(_torchserve_clients(endpoint.url, queries, classes, load))
+
+
+async def _torchserve_clients(base: str, queries: np.ndarray, classes: int, load: Load) -> E2ERow:
+    def no_stats() -> tuple[int, int]:
+        return 0, 0  # TorchServe exposes no per-stage times: shares stay NaN
+
+    connector = aiohttp.TCPConnector(limit=load.concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        call = _json_call(session, f"{base}/predictions/sage", classes)
+        row = await _measure(TORCHSERVE_E2E, "REST JSON", call, queries, load, no_stats)
+    row.sample_share = row.server_share = math.nan
+    return row
+
+
 def run_e2e(
     model_dir: Path,
     graph_dir: Path,
@@ -375,18 +443,214 @@ def run_e2e(
     load: Load,
     workdir: Path,
     server_env: dict[str, str],
+    torchserve: TorchServeOptions | None = TorchServeOptions(),
 ) -> list[E2ERow]:
-    """Every servelab runtime over gRPC and REST binary, then the baseline; ratios against it."""
+    """Every servelab runtime over gRPC and REST binary, then real TorchServe (where installed; None:
+    never) and the FastAPI baseline; ratios against both."""
     rows: list[E2ERow] = []
     for runtime in runtimes:
         repo = workdir / f"repo-{runtime}"
         export_repository(model_dir, graph_dir, repo, runtime=runtime)
         print(f"serving {repo} ({runtime}) ...", flush=True)
         rows += _servelab_rows(repo, runtime, queries, classes, load, workdir, server_env)
-    print("serving the TorchServe-style baseline ...", flush=True)
+    ts = None
+    if torchserve is not None:
+        print("serving GraphSAGE with real TorchServe ...", flush=True)
+        ts = _torchserve_row(model_dir, graph_dir, queries, classes, load, torchserve)
+    rows += [ts] if ts is not None else []
+    print("serving the TorchServe-style FastAPI baseline ...", flush=True)
     base = _baseline_row(model_dir, graph_dir, queries, classes, load, workdir)
     rows.append(base)
     for row in rows:
         row.speedup_b1_p50 = base.b1_p50_ms / row.b1_p50_ms
         row.throughput_ratio = row.nodes_per_s / base.nodes_per_s
+        if ts is not None:
+            row.vs_torchserve_b1_p50 = ts.b1_p50_ms / row.b1_p50_ms
+            row.vs_torchserve_nodes_per_s = row.nodes_per_s / ts.nodes_per_s
     return rows
+
+
+# ----- standalone: in-process rows, like-for-like ratios, JSON -----
+RESULTS = Path(__file__).parent / "results" / "graphsage_e2e.json"
+INPROC_SERVELAB = "servelab Engine (numba + ONNX Runtime)"
+INPROC_BASELINE = "TorchServe-style function (Python sampler + torch eager)"
+TARGET_RATIO = 3.0
+
+
+@dataclass
+class InProcRow:
+    config: str
+    b1_p50_ms: float
+    b1_p99_ms: float
+    b32_p50_ms: float
+    b32_p99_ms: float
+    nodes_per_s: float  # batch 32, one caller, back to back
+    calls: int
+
+
+@dataclass
+class Comparison:
+    scope: str  # "in-process" or "end-to-end"
+    servelab: str
+    baseline: str
+    b1_p50_ms: tuple[float, float]  # (servelab, baseline)
+    nodes_per_s: tuple[float, float]
+    b1_p50_ratio: float  # baseline / servelab: > 1 is servelab faster
+    nodes_ratio: float  # servelab / baseline
+    meets_3x: bool
+
+
+def _in_process(
+    model_dir: Path, graph_dir: Path, repo: Path, queries: np.ndarray, calls: int, budget_s: float
+) -> list[InProcRow]:
+    """servelab's Engine on the exported ``sage`` ensemble against the TorchServe-style function."""
+    import graphsage  # the in-process harness (benchmarks/graphsage.py): same timing loop as its rows
+    import torch
+
+    from servelab import Engine
+    from servelab.graph.export import eager_runner
+    from servelab.graph.model import load_model
+    from servelab.graph.sampler import PythonSampler
+    from servelab.graph.store import GraphStore
+
+    torch.set_num_threads(1)  # the baseline's layers: one thread, as in graphsage.py's default
+    model, _ = load_model(model_dir)
+    store = GraphStore.open(graph_dir)
+    baseline = graphsage._pipeline(PythonSampler(store, model.config.fanouts, 0), store, eager_runner(model))
+    rows = []
+
+    def measure(name: str, fn: Callable[[np.ndarray], tuple[int, int, int]]) -> None:
+        b1, b32 = (graphsage._measure(name, fn, queries, b, calls, budget_s) for b in (1, 32))
+        row = InProcRow(name, b1.p50_us / 1e3, b1.p99_us / 1e3, b32.p50_us / 1e3, b32.p99_us / 1e3,
+                        b32.nodes_per_s, b1.calls + b32.calls)  # fmt: skip
+        rows.append(row)
+        print(f"  in-process {name}: b1 {row.b1_p50_ms:.3f} ms, {row.nodes_per_s:,.0f} nodes/s", flush=True)
+
+    # One at a time: with the Engine open (its runtimes' thread pools alive) the baseline's batch-32
+    # P50 tripled on 2 cores.
+    with Engine(repo) as engine:
+
+        def servelab(ids: np.ndarray) -> tuple[int, int, int]:
+            t0 = time.perf_counter_ns()
+            engine.infer("sage", {"node_ids": ids}, outputs=["logits"])
+            return 0, 0, time.perf_counter_ns() - t0
+
+        measure(INPROC_SERVELAB, servelab)
+    measure(INPROC_BASELINE, baseline)
+    return rows
+
+
+def _compare(scope: str, mine: InProcRow | E2ERow, base: InProcRow | E2ERow) -> Comparison:
+    def label(r: InProcRow | E2ERow) -> str:
+        return r.config if isinstance(r, InProcRow) else f"{r.framework} / {r.protocol}"
+
+    p50 = base.b1_p50_ms / mine.b1_p50_ms
+    nodes = mine.nodes_per_s / base.nodes_per_s
+    return Comparison(
+        scope, label(mine), label(base), (mine.b1_p50_ms, base.b1_p50_ms), (mine.nodes_per_s, base.nodes_per_s),
+        p50, nodes, p50 >= TARGET_RATIO and nodes >= TARGET_RATIO,
+    )  # fmt: skip
+
+
+def comparisons(inproc: list[InProcRow], e2e: list[E2ERow]) -> list[Comparison]:
+    """In-process with in-process; every servelab wire row with TorchServe, then with FastAPI."""
+    out = []
+    if len(inproc) == 2:
+        out.append(_compare("in-process", inproc[0], inproc[1]))
+    mine = [r for r in e2e if r.framework.startswith("servelab")]
+    for name in (TORCHSERVE_E2E, BASELINE_E2E):
+        base = next((r for r in e2e if r.framework == name), None)
+        out += [_compare("end-to-end", r, base) for r in mine] if base is not None else []
+    return out
+
+
+def _print_comparisons(rows: list[Comparison], concurrency: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"GraphSAGE like for like: batch-1 P50 and batch-32 nodes/s (e2e at c={concurrency})")
+    for col in ("scope", "servelab", "baseline", "b1 P50 ms", "x P50", "nodes/s", "x nodes/s", ">= 3x"):
+        table.add_column(col, justify="left" if col in ("scope", "servelab", "baseline") else "right")
+    for c in rows:
+        table.add_row(
+            c.scope, c.servelab, c.baseline, f"{c.b1_p50_ms[0]:.2f} vs {c.b1_p50_ms[1]:.2f}",
+            f"{c.b1_p50_ratio:.2f}", f"{c.nodes_per_s[0]:,.0f} vs {c.nodes_per_s[1]:,.0f}",
+            f"{c.nodes_ratio:.2f}", "yes" if c.meets_3x else "NO",
+        )  # fmt: skip
+    Console(width=200).print(table)
+
+
+def _main_args() -> Any:
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graph-dir", type=Path, required=True, help="graph store (servelab graph synth/build)")
+    p.add_argument("--model-dir", type=Path, required=True, help="trained model (servelab graph train)")
+    p.add_argument("--runtimes", nargs="+", default=["onnxruntime"], choices=sorted(LABELS))
+    p.add_argument("--queries", type=int, default=1000, help="distinct query nodes (same for every row)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--concurrency", type=int, default=8, help="batch-32 requests in flight for nodes/s")
+    p.add_argument("--duration-s", type=float, default=4.0, help="seconds per phase (cell) at most")
+    p.add_argument("--calls", type=int, default=1000, help="calls per phase at most (x concurrency)")
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--no-in-process", action="store_true", help="skip the in-process rows")
+    p.add_argument("--no-torchserve", action="store_true", help="skip real TorchServe")
+    p.add_argument("--peers-dir", type=Path, default=PEERS_DIR, help="where TorchServe's venv lives")
+    p.add_argument("--ts-torch-threads", type=int, default=1, help="torch threads in TorchServe's worker")
+    p.add_argument("--ts-batch-size", type=int, default=1, help="TorchServe's batch_size (requests merged)")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    return p.parse_args()
+
+
+def main() -> None:
+    import json
+    import tempfile
+    from dataclasses import asdict
+
+    from servelab.graph.model import load_model
+    from servelab.graph.store import GraphStore
+
+    args = _main_args()
+    load_before = os.getloadavg()
+    store = GraphStore.open(args.graph_dir)
+    rng = np.random.default_rng(args.seed)
+    queries = rng.choice(store.num_nodes, size=args.queries, replace=False).astype(np.int64)
+    classes = load_model(args.model_dir)[0].config.num_classes
+    load = Load(args.warmup, args.calls, args.duration_s, args.concurrency)
+    ts = (
+        None
+        if args.no_torchserve
+        else TorchServeOptions(args.peers_dir, args.ts_torch_threads, args.ts_batch_size)
+    )
+    with tempfile.TemporaryDirectory(prefix="servelab-sage-e2e-") as tmp:
+        inproc: list[InProcRow] = []
+        if not args.no_in_process:
+            repo = Path(tmp) / "inproc-onnxruntime"
+            export_repository(args.model_dir, args.graph_dir, repo, runtime="onnxruntime")
+            print("in-process rows ...", flush=True)
+            inproc = _in_process(args.model_dir, args.graph_dir, repo, queries, 300, args.duration_s)
+        e2e = run_e2e(
+            args.model_dir, args.graph_dir, args.runtimes, queries, classes, load, Path(tmp), {}, ts
+        )
+    found = comparisons(inproc, e2e)
+    _print_comparisons(found, args.concurrency)
+    meta = {
+        "nodes": store.num_nodes, "edges": store.num_edges, "queries": args.queries, "concurrency": args.concurrency,
+        "duration_s_per_phase": args.duration_s, "torchserve": None if ts is None else {**asdict(ts), "peers_dir": str(ts.peers_dir)},
+        "cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+        "target_ratio": TARGET_RATIO,
+    }  # fmt: skip
+    result = {
+        "meta": meta,
+        "in_process": [asdict(r) for r in inproc],
+        "e2e_rows": [asdict(r) for r in e2e],
+        "comparisons": [asdict(c) for c in found],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, allow_nan=True))
+    print(f"wrote {args.out} (load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f})")
+
+
+if __name__ == "__main__":
+    sys.modules.setdefault("graphsage_e2e", sys.modules[__name__])  # graphsage.py imports this module
+    main()

@@ -90,7 +90,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelStatisticsRequest, context: Context
     ) -> pb.ModelStatisticsResponse:
         stats = self.dataplane.statistics(request.name, request.version)
-        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+        # servelab extras (wire_stats, stages) have no field in Triton's proto: REST only
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     # ----- inference -----
     @rpc
