@@ -586,7 +586,9 @@ def _main_args() -> Any:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graph-dir", type=Path, required=True, help="graph store (servelab graph synth/build)")
     p.add_argument("--model-dir", type=Path, required=True, help="trained model (servelab graph train)")
-    p.add_argument("--runtimes", nargs="+", default=["onnxruntime"], choices=sorted(LABELS))
+    p.add_argument(
+        "--runtimes", nargs="*", default=["onnxruntime"], choices=sorted(LABELS), help="servelab runtimes"
+    )
     p.add_argument("--queries", type=int, default=1000, help="distinct query nodes (same for every row)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=8, help="batch-32 requests in flight for nodes/s")
