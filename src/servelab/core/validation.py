@@ -16,6 +16,20 @@ from servelab.types import DataType, Tensor
 
 __all__ = ["Signature", "TensorSpec"]
 
+#: numpy dtype -> DataType for the common case, without DataType.from_numpy's fallbacks
+_DTYPES: dict[np.dtype, DataType] = {d.numpy_dtype: d for d in DataType if d is not DataType.BYTES}
+_DTYPES[np.dtype(object)] = DataType.BYTES
+
+
+def _size(shape: tuple[int, ...], model: str, name: str) -> int:
+    """Element count of a wire shape; a negative dimension is an error naming the tensor."""
+    size = 1
+    for d in shape:
+        if d < 0:
+            raise InvalidArgument(f"model '{model}': input '{name}' has a negative dimension in shape {list(shape)}")
+        size *= d
+    return size
+
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
@@ -56,14 +70,16 @@ class Signature:
         batch = -1
         for name, array in arrays.items():
             spec = self.inputs[name]
-            try:
-                datatype = DataType.from_numpy(array.dtype)
-            except ValueError:
-                raise InvalidArgument(
-                    f"model '{self.model}': input '{name}' has numpy dtype {array.dtype}; expected "
-                    f"{spec.datatype.value} ({spec.datatype.numpy_dtype})"
-                ) from None
-            batch = self._check(spec, datatype, array.shape, batch)
+            datatype = _DTYPES.get(array.dtype)
+            if datatype is None:
+                try:
+                    datatype = DataType.from_numpy(array.dtype)
+                except ValueError:
+                    raise InvalidArgument(
+                        f"model '{self.model}': input '{name}' has numpy dtype {array.dtype}; expected "
+                        f"{spec.datatype.value} ({spec.datatype.numpy_dtype})"
+                    ) from None
+            batch = self._check(spec, datatype, array.shape, batch, array.size)
             if spec.reshape is not None:
                 if out is arrays:
                     out = dict(arrays)
@@ -81,7 +97,7 @@ class Signature:
         batch = -1
         for t in tensors:
             spec = self.inputs[t.name]
-            batch = self._check(spec, t.datatype, t.shape, batch)
+            batch = self._check(spec, t.datatype, t.shape, batch, _size(t.shape, self.model, spec.name))
             data = t.data
             if data.dtype != spec.datatype.numpy_dtype and spec.datatype is not DataType.BYTES:
                 data = data.astype(spec.datatype.numpy_dtype)
@@ -112,7 +128,7 @@ class Signature:
                 f"model '{self.model}': missing input {sorted(missing)}; expected inputs {sorted(self.inputs)}"
             )
 
-    def _check(self, spec: TensorSpec, datatype: DataType, shape: tuple[int, ...], batch: int) -> int:
+    def _check(self, spec: TensorSpec, datatype: DataType, shape: tuple[int, ...], batch: int, size: int) -> int:
         if datatype is not spec.datatype:
             raise InvalidArgument(
                 f"model '{self.model}': input '{spec.name}' has datatype {datatype.value}; expected "
@@ -131,27 +147,28 @@ class Signature:
                     f"model '{self.model}': input '{spec.name}' has batch size {rows}; expected 1 to "
                     f"{self.max_batch_size} (max_batch_size)"
                 )
-            if batch not in (-1, rows):
+            if batch != -1 and batch != rows:
                 raise InvalidArgument(
                     f"model '{self.model}': input '{spec.name}' has batch size {rows} but another input has {batch}"
                 )
             batch = rows
             dims = shape[1:]
-        if len(dims) != len(spec.dims) or any(e != -1 and e != d for e, d in zip(spec.dims, dims, strict=False)):
+        expected = spec.dims
+        if len(dims) != len(expected):
+            self._shape_error(spec, shape)
+        for e, d in zip(expected, dims):  # noqa: B905 - lengths checked above
+            if e != d and e != -1:
+                self._shape_error(spec, shape)
+        if size > self.max_elements:
             raise InvalidArgument(
-                f"model '{self.model}': input '{spec.name}' has shape {list(shape)}; expected "
-                f"{spec.describe(self.batched)}"
-            )
-        elements = 1
-        for d in shape:
-            if d < 0:
-                raise InvalidArgument(f"model '{self.model}': input '{spec.name}' has a negative dimension {list(shape)}")
-            elements *= d
-        if elements > self.max_elements:
-            raise InvalidArgument(
-                f"model '{self.model}': input '{spec.name}' has {elements} elements; the limit is {self.max_elements}"
+                f"model '{self.model}': input '{spec.name}' has {size} elements; the limit is {self.max_elements}"
             )
         return batch
+
+    def _shape_error(self, spec: TensorSpec, shape: tuple[int, ...]) -> None:
+        raise InvalidArgument(
+            f"model '{self.model}': input '{spec.name}' has shape {list(shape)}; expected {spec.describe(self.batched)}"
+        )
 
     def _backend_shape(self, spec: TensorSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
         if spec.reshape is None:
