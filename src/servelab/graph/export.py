@@ -283,9 +283,9 @@ def _layers_config(
         # Spinning intra-op threads fight the sampler and the front-ends for 2 cores: served over gRPC
         # at batch 1 on the 1M-node graph, P99 fell from 4-6 ms to ~1.1 ms with spinning off.
         cfg.parameters["allow_spinning"].string_value = "0"
-    # Two instances, each with half the cores: a batch-1 call is faster on one thread than split across
-    # two (in-process `sage` P50 114 -> 96 us on 2 cores), and concurrent requests still use every core.
-    cfg.instance_group.append(mc.ModelInstanceGroup(count=2, kind=mc.ModelInstanceGroup.KIND_CPU))
+    # Measured alternative (benchmarks/RESULTS.md): two single-thread instances cut in-process batch-1 P50
+    # (114 -> 95 us) but served end to end gave lower nodes/s (22.7k vs 27.2k) and no better gRPC P50, so
+    # one instance with every core stays the default; add `instance_group` to the config to switch.
     return cfg
 
 
