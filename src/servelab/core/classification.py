@@ -16,10 +16,12 @@ def read_labels(path: Path) -> list[str]:
 
 
 def classify(array: np.ndarray, count: int, batched: bool, labels: list[str], name: str) -> np.ndarray:
-    """Top ``count`` entries per batch row (or of the whole tensor when not batched)."""
+    """Top ``count`` entries per row: per batch item when the model batches, per leading-dimension row for a
+    non-batched output of rank >= 2 (e.g. logits [nodes, classes]), else of the whole 1-D tensor."""
     if array.dtype.kind not in "biuf":
         raise InvalidArgument(f"output '{name}' has datatype {array.dtype}; classification needs a numeric output")
-    rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
+    per_row = batched or array.ndim >= 2
+    rows = array.reshape(array.shape[0], -1) if per_row else array.reshape(1, -1)
     k = min(count, rows.shape[1])
     order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
     out = np.empty((rows.shape[0], k), dtype=object)
@@ -30,4 +32,4 @@ def classify(array: np.ndarray, count: int, batched: bool, labels: list[str], na
             if idx < len(labels):
                 text += f":{labels[idx]}"
             out[r, j] = text.encode()
-    return out if batched else out.reshape(k)
+    return out if per_row else out.reshape(k)
