@@ -17,25 +17,25 @@ e.g. the Python backend) get one worker *process* per instance (:class:`ProcessI
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import multiprocessing as mp
-import pickle
-import signal
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from servelab.backends.base import Backend, BackendContext, Inputs, Outputs, concat_rows, split_rows
+from servelab.backends.base import Backend, Inputs, Outputs, concat_rows, split_rows
 from servelab.core.cache import ResponseCache, cache_key
+from servelab.core.processes import ProcessInstance, to_processes
 from servelab.core.stats import ModelStats
 from servelab.errors import InternalError, ServelabError
 from servelab.metrics.histograms import ModelHistograms
 from servelab.protocol import model_config_pb2 as mc
 
 __all__ = ["DirectScheduler", "ProcessInstance", "Scheduler", "execute_timed", "request_rows", "to_processes"]
+
+# Worker-process instances live in servelab.core.processes; re-exported here for the schedulers' users.
 
 log = logging.getLogger("servelab.instances")
 
@@ -187,12 +187,15 @@ class Scheduler(ABC):
 
 
 _DEFAULT_INLINE_US = 150
+_DEFAULT_IDLE_INLINE_US = 2000
+#: per event loop: [requests awaiting a worker thread, last arrival ns]: "is anything else going on?"
+_LOOP_LOAD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[int]] = weakref.WeakKeyDictionary()
 
 
-def _inline_threshold_ns(config: mc.ModelConfig) -> int:
-    if "inline_execution_us" in config.parameters:
-        return int(float(config.parameters["inline_execution_us"].string_value) * 1000)
-    return _DEFAULT_INLINE_US * 1000
+def _inline_threshold_ns(config: mc.ModelConfig, key: str, default_us: int) -> int:
+    if key in config.parameters:
+        return int(float(config.parameters[key].string_value) * 1000)
+    return default_us * 1000
 
 
 class DirectScheduler(Scheduler):
@@ -210,8 +213,14 @@ class DirectScheduler(Scheduler):
         self._next = 0
         #: models whose typical execution is below this run on the event loop (no thread hop);
         #: config parameter ``inline_execution_us`` (0 turns it off). Starts pessimistic until measured.
-        self.inline_ns = _inline_threshold_ns(backends[0].config)
-        self._ewma_ns = float(10 * self.inline_ns + 1)
+        self.inline_ns = _inline_threshold_ns(backends[0].config, "inline_execution_us", _DEFAULT_INLINE_US)
+        #: ... and models up to this run on the loop when it is idle: nothing waiting on a worker and no
+        #: request for twice the model's typical time (an idle server answers faster without the thread
+        #: hop; under load the pool keeps the loop free). Parameter ``idle_inline_execution_us`` (0: off).
+        self.idle_inline_ns = _inline_threshold_ns(
+            backends[0].config, "idle_inline_execution_us", _DEFAULT_IDLE_INLINE_US
+        )
+        self._ewma_ns = float(10 * max(self.inline_ns, self.idle_inline_ns) + 1)
         self._pool = ThreadPoolExecutor(
             max_workers=threads or len(backends), thread_name_prefix=f"infer-{stats.name}"
         )
@@ -237,150 +246,20 @@ class DirectScheduler(Scheduler):
             # A model this fast costs less than the hop to a worker thread and back: run it on the loop.
             return self._run(inputs)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._run, inputs)
+        state = _LOOP_LOAD.get(loop)
+        if state is None:
+            state = _LOOP_LOAD[loop] = [0, 0]
+        now = time.perf_counter_ns()
+        idle = state[0] == 0 and now - state[1] > 2 * self._ewma_ns
+        state[1] = now
+        if idle and self._ewma_ns < self.idle_inline_ns:
+            # Nothing in flight and no request for a while on this loop: nobody would wait for it.
+            return self._run(inputs)
+        state[0] += 1
+        try:
+            return await loop.run_in_executor(self._pool, self._run, inputs)
+        finally:
+            state[0] -= 1
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-# ----- instances in worker processes (runtimes that hold the GIL) -----
-_START_TIMEOUT_S = 120.0
-
-
-def _payload(ctx: BackendContext) -> tuple[Any, ...]:
-    """A BackendContext as picklable parts (the generated ModelConfig class pickles only as bytes)."""
-    return (ctx.model_name, ctx.version, ctx.version_dir, ctx.config.SerializeToString(), ctx.threads, ctx.extra)
-
-
-def _context(payload: tuple[Any, ...]) -> BackendContext:
-    name, version, version_dir, config, threads, extra = payload
-    return BackendContext(name, version, version_dir, mc.ModelConfig.FromString(config), threads, None, extra)
-
-
-def _serve(cls: type[Backend], payload: tuple[Any, ...], conn: Any) -> None:
-    """Child process: build the backend from its context, then answer execute calls until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this worker stops
-    ctx = _context(payload)
-    try:
-        backend = cls(ctx)
-        backend.load()
-    except BaseException as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        return
-    conn.send(("ready", None))
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            break
-        if message is None:
-            break
-        try:
-            conn.send(backend.execute(message))
-        except Exception as exc:
-            conn.send([InternalError(f"model '{ctx.model_name}' failed in its worker process: {exc}")] * len(message))
-    backend.unload()
-
-
-class ProcessInstance(Backend):
-    """Proxy for one instance living in a spawned worker process; tensors travel pickled over a pipe."""
-
-    releases_gil = True  # the calling thread only waits on the pipe
-
-    def __init__(self, inner: Backend) -> None:
-        super().__init__(inner.ctx)
-        self.inner_class = type(inner)
-        self.kind = inner.kind  # type: ignore[misc]
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(
-            target=_serve, args=(self.inner_class, _payload(inner.ctx), child), daemon=True,
-            name=f"instance-{inner.ctx.model_name}-{inner.ctx.version}",
-        )
-        self._lock = threading.Lock()
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid
-
-    def start(self) -> None:
-        self._process.start()
-
-    def load(self) -> None:
-        """Wait until the child has loaded its copy of the model (start() first)."""
-        if self._process.pid is None:
-            self.start()
-        if not self._conn.poll(_START_TIMEOUT_S):
-            self.unload()
-            raise InternalError(f"model '{self.ctx.model_name}': worker process did not start in {_START_TIMEOUT_S:g} s")
-        status, detail = self._conn.recv()
-        if status != "ready":
-            self.unload()
-            raise InternalError(f"model '{self.ctx.model_name}' failed to load in its worker process: {detail}")
-
-    def infer(self, inputs: Inputs) -> Outputs:
-        result = self.execute([inputs])[0]
-        if isinstance(result, ServelabError):
-            raise result
-        return result
-
-    def execute(self, requests: list[Inputs]) -> list[Outputs | ServelabError]:
-        with self._lock:
-            try:
-                self._conn.send(requests)
-                results: list[Outputs | ServelabError] = self._conn.recv()
-            except (EOFError, OSError, BrokenPipeError) as exc:
-                code = self._process.exitcode
-                err = InternalError(f"model '{self.ctx.model_name}': worker process died (exit code {code}): {exc}")
-                return [err] * len(requests)
-        return results
-
-    def unload(self) -> None:
-        with self._lock:
-            with contextlib.suppress(OSError):
-                self._conn.send(None)
-            self._process.join(timeout=10)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join(timeout=5)
-            self._conn.close()
-
-
-def _picklable(backend: Backend) -> bool:
-    if backend.kind == "ensemble":  # its steps call back into this process's data plane
-        return False
-    try:
-        pickle.dumps((type(backend), _payload(backend.ctx)))
-    except Exception:
-        return False
-    return True
-
-
-def to_processes(instances: list[Backend]) -> None:
-    """Replace each instance, in place, by a worker process running its own copy (started in parallel).
-
-    The child gets the context without ``ctx.infer`` (calls back into the server cannot cross the
-    process); ensembles, which need it, and unpicklable classes stay in threads. The in-process
-    copies are unloaded once every worker has loaded, so the model is not held twice.
-    """
-    if not all(_picklable(b) for b in instances):
-        log.warning("model %s: instances cannot move to worker processes (context not picklable); "
-                    "they run in threads", instances[0].ctx.model_name)
-        return
-    proxies = [ProcessInstance(b) for b in instances]
-    try:
-        for proxy in proxies:
-            proxy.start()
-        for proxy in proxies:
-            proxy.load()
-    except BaseException:
-        for proxy in proxies:
-            if proxy.pid is not None and proxy._process.is_alive():
-                proxy.unload()
-        raise
-    for backend in instances:
-        try:
-            backend.unload()
-        except Exception:
-            log.exception("unloading the in-process copy of %s failed", backend.ctx.model_name)
-    instances[:] = proxies

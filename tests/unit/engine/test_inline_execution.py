@@ -1,0 +1,99 @@
+"""DirectScheduler runs fast models on the event loop and slow or contended ones on its worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
+from servelab.core.instances import DirectScheduler
+from servelab.core.stats import ModelStats
+from servelab.protocol import model_config_pb2 as mc
+
+
+class _Recorder(Backend):
+    kind = "recorder"
+
+    def load(self) -> None:
+        self.threads: list[str] = []
+        self.delay_s = 0.0
+
+    def infer(self, inputs: Inputs) -> Outputs:
+        self.threads.append(threading.current_thread().name)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return {"y": inputs["x"]}
+
+
+def _scheduler(tmp_path: Path, **params: str) -> tuple[DirectScheduler, _Recorder]:
+    config = mc.ModelConfig(name="m", max_batch_size=0)
+    for key, value in params.items():
+        config.parameters[key].string_value = value
+    backend = _Recorder(BackendContext("m", 1, tmp_path, config))
+    backend.load()
+    return DirectScheduler([backend], ModelStats("m", 1)), backend
+
+
+def test_fast_model_moves_onto_the_loop_once_measured(tmp_path: Path) -> None:
+    scheduler, backend = _scheduler(tmp_path)
+    x = {"x": np.zeros(1, np.float32)}
+
+    async def drive() -> str:
+        for _ in range(80):
+            await scheduler.run_async(x)
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(drive())
+    assert backend.threads[0] != loop_thread  # unmeasured: the worker thread first
+    assert backend.threads[-1] == loop_thread  # measured fast: inline
+    scheduler.close()
+
+
+def test_slow_model_stays_on_the_worker(tmp_path: Path) -> None:
+    scheduler, backend = _scheduler(tmp_path)
+    backend.delay_s = 0.005  # above both inline thresholds
+    x = {"x": np.zeros(1, np.float32)}
+
+    async def drive() -> str:
+        for _ in range(30):
+            await scheduler.run_async(x)
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(drive())
+    assert loop_thread not in backend.threads
+    scheduler.close()
+
+
+def test_inline_can_be_turned_off(tmp_path: Path) -> None:
+    scheduler, backend = _scheduler(tmp_path, inline_execution_us="0", idle_inline_execution_us="0")
+    x = {"x": np.zeros(1, np.float32)}
+
+    async def drive() -> str:
+        for _ in range(80):
+            await scheduler.run_async(x)
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(drive())
+    assert loop_thread not in backend.threads
+    scheduler.close()
+
+
+def test_concurrent_requests_use_the_worker_when_the_model_is_not_tiny(tmp_path: Path) -> None:
+    scheduler, backend = _scheduler(tmp_path, inline_execution_us="0")  # only the idle rule may inline
+    backend.delay_s = 0.0005
+    x = {"x": np.zeros(1, np.float32)}
+
+    async def drive() -> str:
+        for _ in range(60):  # let the measured time settle below the idle threshold
+            await scheduler.run_async(x)
+        backend.threads.clear()
+        await asyncio.gather(*(scheduler.run_async(x) for _ in range(16)))
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(drive())
+    assert any(t != loop_thread for t in backend.threads)  # back-to-back arrivals: not idle
+    scheduler.close()
