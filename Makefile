@@ -51,8 +51,12 @@ bench: $(STAMP) $(REPO)/.built
 	$(PY) benchmarks/engine_overhead.py
 	$(PY) benchmarks/serving_overhead.py
 	$(PY) benchmarks/batching.py
-	$(PY) benchmarks/graph_sampler.py
-	$(PY) benchmarks/graphsage.py
+	$(PY) benchmarks/loadgen_ceiling.py
+	$(VENV)/bin/servelab compare mlp --repo $(REPO) --targets servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver,mlserver@grpc --batch-sizes 1,32 --concurrency 8 --baseline inprocess-ort --output benchmarks/results/compare.json --html out/compare.html
+	$(PY) benchmarks/graph_sampler.py --graph-dir out/graphs/g1m
+	test -f out/models/sage/meta.json || $(VENV)/bin/servelab graph train out/graphs/g1m --out out/models/sage
+	$(PY) benchmarks/graphsage.py --graph-dir out/graphs/g1m --model-dir out/models/sage
+	$(PY) benchmarks/graphsage_e2e.py --graph-dir out/graphs/g1m --model-dir out/models/sage --runtimes onnxruntime openvino torch
 
 clean:
 	rm -rf $(REPO) benchmarks/results/*.tmp .pytest_cache .mypy_cache .ruff_cache
