@@ -231,7 +231,14 @@ class DataPlane:
         self.registry.load(name, override)
 
     def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload ``name``; with ``unload_dependents`` an ensemble's step models go too (Triton's extension)."""
+        record = self.registry.record(name) if unload_dependents else None
+        steps: list[str] = []
+        if record is not None and record.config is not None and record.config.HasField("ensemble_scheduling"):
+            steps = [s.model_name for s in record.config.ensemble_scheduling.step]
         self.registry.unload(name)
+        for step in dict.fromkeys(steps):
+            self.registry.unload(step)
 
     def close(self) -> None:
         self.registry.close()

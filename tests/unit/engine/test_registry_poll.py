@@ -136,3 +136,28 @@ def test_unload_waits_for_in_flight_requests(tmp_path: Path) -> None:
         lv.scheduler._leave()
         assert done.wait(5)
         t.join()
+
+
+def test_unload_dependents_unloads_an_ensembles_steps(tmp_path: Path) -> None:
+    from engine_models import write_config
+
+    scale_model(tmp_path, "first", {1: 2.0})
+    scale_model(tmp_path, "second", {1: 3.0})
+    (tmp_path / "chain" / "1").mkdir(parents=True)
+    write_config(
+        tmp_path / "chain",
+        'platform: "ensemble"\nmax_batch_size: 8\n'
+        'input [ { name: "x", data_type: TYPE_FP32, dims: [4] } ]\n'
+        'output [ { name: "z", data_type: TYPE_FP32, dims: [4] } ]\n'
+        "ensemble_scheduling { step [\n"
+        '  { model_name: "first" model_version: -1 input_map { key: "x" value: "x" } output_map { key: "y" value: "mid" } },\n'
+        '  { model_name: "second" model_version: -1 input_map { key: "x" value: "mid" } output_map { key: "y" value: "z" } }\n'
+        "] }\n",
+    )
+    with Engine(tmp_path) as engine:
+        assert engine.infer("chain", {"x": X})["z"][0, 0] == 6.0
+        engine.dataplane.unload_model("chain")
+        assert engine.is_model_ready("first") and engine.is_model_ready("second")
+        engine.load_model("chain")
+        engine.dataplane.unload_model("chain", unload_dependents=True)
+        assert not any(engine.is_model_ready(m) for m in ("chain", "first", "second"))
