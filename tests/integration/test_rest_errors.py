@@ -216,3 +216,22 @@ def test_raw_binary_request(http: httpx.Client) -> None:
 def test_server_still_ready_after_bad_requests(http: httpx.Client, background: BackgroundClient) -> None:
     assert http.get("/v2/health/ready").status_code == 200
     assert len(background.statuses) > 0
+
+
+def test_compressed_bodies_and_decompression_bombs(http: httpx.Client) -> None:
+    import gzip
+    import zlib
+
+    ok = http.post("/v2/models/simple/infer", content=gzip.compress(SIMPLE_OK), headers={"Content-Encoding": "gzip"})
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["outputs"][0]["data"][:2] == [1, 2]
+    deflated = zlib.compress(SIMPLE_OK)
+    ok = http.post("/v2/models/simple/infer", content=deflated, headers={"Content-Encoding": "deflate"})
+    assert ok.status_code == 200, ok.text
+    bomb = gzip.compress(b" " * (MAX_BODY_BYTES * 3))  # a few KB on the wire, 12 MB inflated
+    _expect(http.post("/v2/models/simple/infer", content=bomb, headers={"Content-Encoding": "gzip"}), 413, "decompressed")
+    _expect(
+        http.post("/v2/models/simple/infer", content=b"not gzip", headers={"Content-Encoding": "gzip"}),
+        400, "not valid gzip",
+    )
+    _expect(http.post("/v2/models/simple/infer", content=SIMPLE_OK, headers={"Content-Encoding": "br"}), 400, "'br'")
