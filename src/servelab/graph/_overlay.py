@@ -20,7 +20,17 @@ import numpy as np
 from numba import njit
 
 from servelab.errors import InvalidArgument
-from servelab.graph._sampler_kernels import _GOLD, _HOP, _INV53, _S11, _assign, _mix, _pad, _slot
+from servelab.graph._sampler_kernels import (
+    _GOLD,
+    _HOP,
+    _INV53,
+    _S11,
+    _assign,
+    _first_bad,
+    _mix,
+    _pad,
+    _seeded_table,
+)
 
 __all__ = ["Overlay", "build_overlay", "gather_union", "sample_union"]
 
@@ -207,29 +217,11 @@ def _sample_union(
     seed: int,
 ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int]:
     b = seeds.size
-    for i in range(b):
-        if seeds[i] < 0 or seeds[i] >= num_total:
-            e = np.empty((0, 0), np.int64)
-            return np.empty(0, np.int64), -1, e, e, i
-    max1 = b + b * f0
-    max_all = max1 + max1 * f1
-    bits = 4
-    while (1 << bits) < 2 * max_all:
-        bits += 1
-    shift = np.uint64(64 - bits)
-    keys = np.full(1 << bits, -1, np.int64)
-    vals = np.empty(1 << bits, np.int64)
-    nodes = np.empty(max_all, np.int64)
-    mask = keys.size - 1
-    for i in range(b):
-        nodes[i] = seeds[i]
-        h = _slot(keys, seeds[i], shift, mask)
-        if keys[h] == -1:
-            keys[h] = seeds[i]
-            vals[h] = i
-    tmp = np.empty(max(b * f0, max1 * f1), np.int64)
-    cnt = np.empty(max1, np.int64)
-    nbr2 = np.empty((b, f0), np.int64)
+    bad = _first_bad(seeds, num_total)
+    if bad >= 0:
+        e = np.empty((0, 0), np.int64)
+        return np.empty(0, np.int64), -1, e, e, bad
+    keys, vals, shift, nodes, tmp, cnt, nbr2 = _seeded_table(seeds, f0, f1)
     _draw_union(indptr, indices, ov_nodes, ov_indptr, ov_indices, seeds, b, f0, seed, 0, tmp, cnt)
     n1 = _assign(tmp, cnt, b, f0, keys, vals, shift, nodes, b, nbr2)
     _pad(nbr2, cnt, n1)

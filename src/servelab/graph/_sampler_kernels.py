@@ -140,21 +140,20 @@ def _pad(nbr: np.ndarray, cnt: np.ndarray, value: int) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _sample(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    seeds: np.ndarray,
-    f0: int,
-    f1: int,
-    seed: int,
-    parallel: bool,
-) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int]:
+def _first_bad(seeds: np.ndarray, limit: int) -> int:
+    """Index of the first seed outside [0, limit), or -1."""
+    for i in range(seeds.size):
+        if seeds[i] < 0 or seeds[i] >= limit:
+            return i
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _seeded_table(
+    seeds: np.ndarray, f0: int, f1: int
+) -> tuple[np.ndarray, np.ndarray, np.uint64, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Buffers for a 2-hop sample: the id -> row hash table holding the seeds, the node list, scratch."""
     b = seeds.size
-    num_nodes = indptr.size - 1
-    for i in range(b):
-        if seeds[i] < 0 or seeds[i] >= num_nodes:
-            e = np.empty((0, 0), np.int64)
-            return np.empty(0, np.int64), -1, e, e, i
     max1 = b + b * f0
     max_all = max1 + max1 * f1
     bits = 4
@@ -174,6 +173,26 @@ def _sample(
     tmp = np.empty(max(b * f0, max1 * f1), np.int64)
     cnt = np.empty(max1, np.int64)
     nbr2 = np.empty((b, f0), np.int64)
+    return keys, vals, shift, nodes, tmp, cnt, nbr2
+
+
+@njit(cache=True, nogil=True)
+def _sample(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    seeds: np.ndarray,
+    f0: int,
+    f1: int,
+    seed: int,
+    parallel: bool,
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int]:
+    b = seeds.size
+    num_nodes = indptr.size - 1
+    bad = _first_bad(seeds, num_nodes)
+    if bad >= 0:
+        e = np.empty((0, 0), np.int64)
+        return np.empty(0, np.int64), -1, e, e, bad
+    keys, vals, shift, nodes, tmp, cnt, nbr2 = _seeded_table(seeds, f0, f1)
     if parallel:
         _draw_parallel(indptr, indices, seeds, b, f0, seed, 0, tmp, cnt)
     else:
