@@ -20,7 +20,6 @@ import itertools
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from servelab.bench.peers._net import free_ports
 
 RESULTS = Path(__file__).resolve().parent / "results" / "batching.json"
 SHAPES = {"deep": (128,) * 501, "wide": (512, 2048, 2048, 512)}
@@ -102,14 +103,6 @@ def in_process(model: Path, seconds: float = 3.0) -> dict[str, float]:
 
 
 # ----- server -----
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def start_server(repo: Path, log: Path) -> tuple[subprocess.Popen[bytes], dict[str, int]]:

@@ -29,7 +29,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -46,7 +45,9 @@ import grpc.aio
 import numpy as np
 import orjson
 
+from servelab.bench.peers._net import free_ports, http_status
 from servelab.bench.peers._venv import PeerEnv
+from servelab.bench.peers.base import wait_until
 from servelab.graph.export import export_repository
 from servelab.protocol import grpc_service_pb2, grpc_service_pb2_grpc
 
@@ -107,30 +108,11 @@ class Load:
     concurrency: int = 8
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind((HOST, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)  # poll interval, not synchronisation
-    raise RuntimeError(f"{url} not ready within {timeout_s} s")
+    wait_until(lambda: http_status(url)[0] == 200, timeout_s, url,
+               lambda: None if proc.poll() is None else f"exit code {proc.returncode}")
 
 
 @contextmanager

@@ -23,12 +23,10 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,8 @@ import grpc.aio
 import numpy as np
 import orjson
 
+from servelab.bench.peers._net import free_ports, http_status
+from servelab.bench.peers.base import wait_until
 from servelab.protocol import grpc_service_pb2 as pb
 
 HERE = Path(__file__).resolve().parent
@@ -48,29 +48,11 @@ B = np.ones((1, 16), dtype=np.int32)
 EXPECTED = (A + B).reshape(-1).tolist()
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{url} not ready within {timeout_s} s")
+    wait_until(lambda: http_status(url)[0] == 200, timeout_s, url,
+               lambda: None if proc.poll() is None else f"exit code {proc.returncode}")
 
 
 def _build_repo(root: Path) -> Path:
@@ -275,7 +257,7 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as tmp:
         repo = _build_repo(Path(tmp))
-        http, grpc_port, metrics, mgmt, base = _free_ports(5)
+        http, grpc_port, metrics, mgmt, base = free_ports(5)
         try:
             servelab = subprocess.Popen(
                 [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--http-port", str(http), "--grpc-port",
