@@ -2,6 +2,8 @@
 
 Rows (batch 1 and 32 by default, the same query nodes for every row):
   numba + onnxruntime | numba + openvino | numba + torchscript | python + torch eager (baseline)
+  | numba fused + onnxruntime (what the ``sage_fused`` model runs: the first layer's mean taken while
+  gathering, then the 11-node dense graph of servelab.graph.dense)
 The baseline is a TorchServe-style handler: a pure-Python sampler and eager torch in one function.
 Reports P50/P99 latency per call, query nodes per second, each stage's share, and speed-ups against
 the baseline measured in the same run. Writes benchmarks/results/graphsage.json.
@@ -43,6 +45,7 @@ from servelab.graph.synth import synth_graph
 
 RESULTS = Path(__file__).parent / "results" / "graphsage.json"
 BASELINE = "python + torch eager (baseline)"
+FUSED = "numba fused + onnxruntime"
 #: one call: node ids -> (sample_ns, gather_ns, layers_ns)
 PipelineFn = Callable[[np.ndarray], tuple[int, int, int]]
 
@@ -71,6 +74,29 @@ def _pipeline(sampler: NumbaSampler | PythonSampler, store: GraphStore, layers: 
         x = gather_features(store, block.nodes)
         t2 = time.perf_counter_ns()
         layers(x, block.nbr1, block.nbr2)
+        return t1 - t0, t2 - t1, time.perf_counter_ns() - t2
+
+    return call
+
+
+def _fused_pipeline(sampler: NumbaSampler, store: GraphStore, model: SageLayers, path: Path, threads: int) -> PipelineFn:
+    import onnxruntime as ort
+
+    from servelab.graph._fused_kernels import dense_inputs
+    from servelab.graph.dense import save_dense_onnx
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(save_dense_onnx(model, path)), opts, providers=["CPUExecutionProvider"])
+
+    def call(ids: np.ndarray) -> tuple[int, int, int]:
+        t0 = time.perf_counter_ns()
+        block = sampler.sample(ids)
+        t1 = time.perf_counter_ns()
+        a1, idx2, w2 = dense_inputs(store.features, block.nodes, block.nbr1, block.nbr2, ids.size >= 64)
+        t2 = time.perf_counter_ns()
+        session.run(["logits", "embeddings"], {"a1": a1, "idx2": idx2, "w2": w2})
         return t1 - t0, t2 - t1, time.perf_counter_ns() - t2
 
     return call
@@ -151,6 +177,9 @@ def run_in_process(args: argparse.Namespace, console: Console) -> list[Row]:
             name: _pipeline(numba, store, fn)
             for name, fn in _layer_runners(model, Path(tmp), args.threads).items()
         }
+        if model.config.aggregator == "mean":
+            fused = _fused_pipeline(numba, store, model, Path(tmp) / "dense.onnx", args.threads)
+            pipelines[FUSED] = fused
         pipelines[BASELINE] = _pipeline(PythonSampler(store, fanouts, args.seed), store, eager_runner(model))
         rows = [
             _measure(name, fn, queries, batch, args.min_calls, args.budget_s)

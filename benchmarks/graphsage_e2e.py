@@ -60,6 +60,8 @@ LABELS = {
     "openvino": "servelab + OpenVINO",
     "torch": "servelab + TorchScript",
 }
+#: served models -> label suffix: the three-model ensemble and the one-call fused model
+MODELS = {"sage": "", "sage_fused": " (fused)"}
 #: one request of the given node ids; resolves when the answer is checked
 Call = Callable[[np.ndarray], Awaitable[None]]
 
@@ -140,11 +142,11 @@ def _get_json(url: str) -> Any:
 
 
 # ----- clients -----
-def _grpc_call(channel: grpc.aio.Channel, classes: int) -> Call:
+def _grpc_call(channel: grpc.aio.Channel, classes: int, model: str = "sage") -> Call:
     stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
     async def call(ids: np.ndarray) -> None:
-        req = grpc_service_pb2.ModelInferRequest(model_name="sage")
+        req = grpc_service_pb2.ModelInferRequest(model_name=model)
         req.inputs.add(name="node_ids", datatype="INT64", shape=[ids.size])
         req.outputs.add(name="logits")
         req.raw_input_contents.append(ids.tobytes())
@@ -198,6 +200,20 @@ def _json_call(session: aiohttp.ClientSession, url: str, classes: int) -> Call:
     return call
 
 
+def _torchserve_grpc_call(channel: grpc.aio.Channel, classes: int) -> Call:
+    """TorchServe's gRPC Predictions API with the JSON body its REST API takes (input ``data``)."""
+    from servelab.bench.peers.torchserve_grpc import predictions
+
+    predict = predictions(channel)
+
+    async def call(ids: np.ndarray) -> None:
+        logits = orjson.loads(await predict("sage", {"data": orjson.dumps({"node_ids": ids.tolist()})}))["logits"]
+        if len(logits) != ids.size or len(logits[0]) != classes:
+            raise RuntimeError("TorchServe gRPC: wrong logits shape")
+
+    return call
+
+
 async def _closed_loop(
     call: Call, batches: np.ndarray, concurrency: int, load: Load
 ) -> tuple[np.ndarray, float, int]:
@@ -229,12 +245,14 @@ async def _closed_loop(
 StatsFn = Callable[[], tuple[int, int]]
 
 
-def _servelab_stats(models_url: str) -> StatsFn:
-    """Sample + gather ns from graphsage_sampler's stages, and the sage ensemble's success ns."""
+def _servelab_stats(models_url: str, model: str = "sage") -> StatsFn:
+    """Sample + gather ns from the stages of graphsage_sampler (ensemble) or of the fused model, and the
+    served model's success ns."""
+    staged = "graphsage_sampler" if model == "sage" else model
 
     def read() -> tuple[int, int]:
-        sampler = _get_json(f"{models_url}/graphsage_sampler/stats")["model_stats"][0]["stages"]
-        sage = _get_json(f"{models_url}/sage/stats")["model_stats"][0]["inference_stats"]["success"]
+        sampler = _get_json(f"{models_url}/{staged}/stats")["model_stats"][0]["stages"]
+        sage = _get_json(f"{models_url}/{model}/stats")["model_stats"][0]["inference_stats"]["success"]
         return int(sampler["sample_ns"]) + int(sampler["gather_ns"]), int(sage["ns"])
 
     return read
@@ -300,15 +318,19 @@ def _servelab_rows(
 async def _servelab_clients(
     base: str, grpc_target: str, runtime: str, queries: np.ndarray, classes: int, load: Load
 ) -> list[E2ERow]:
-    framework = LABELS[runtime]
-    stats = _servelab_stats(f"{base}/v2/models")
-    async with grpc.aio.insecure_channel(grpc_target) as channel:
-        grpc_row = await _measure(framework, "gRPC", _grpc_call(channel, classes), queries, load, stats)
-    connector = aiohttp.TCPConnector(limit=load.concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        call = _rest_call(session, f"{base}/v2/models/sage/infer", classes)
-        rest_row = await _measure(framework, "REST binary", call, queries, load, stats)
-    return [grpc_row, rest_row]
+    rows = []
+    # the fused model's dense graph runs on ONNX Runtime or OpenVINO; the torch repository's would be ORT
+    for model in [m for m in MODELS if m == "sage" or runtime != "torch"]:
+        framework = LABELS[runtime] + MODELS[model]
+        stats = _servelab_stats(f"{base}/v2/models", model)
+        async with grpc.aio.insecure_channel(grpc_target) as channel:
+            call = _grpc_call(channel, classes, model)
+            rows.append(await _measure(framework, "gRPC", call, queries, load, stats))
+        connector = aiohttp.TCPConnector(limit=load.concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            call = _rest_call(session, f"{base}/v2/models/{model}/infer", classes)
+            rows.append(await _measure(framework, "REST binary", call, queries, load, stats))
+    return rows
 
 
 BASELINE_APP = '''\
@@ -381,19 +403,20 @@ async def _baseline_clients(base: str, queries: np.ndarray, classes: int, load: 
 
 def _torchserve_row(
     model_dir: Path, graph_dir: Path, queries: np.ndarray, classes: int, load: Load, opts: TorchServeOptions
-) -> E2ERow | None:
-    """Real TorchServe with the GraphSAGE handler, or None (and why, printed) where it is not installed."""
+) -> list[E2ERow]:
+    """Real TorchServe with the GraphSAGE handler over REST and gRPC, or [] (and why, printed) where it
+    is not installed."""
     from servelab.bench.peers.torchserve import JAVA_HINT, REQUIREMENTS
     from servelab.bench.peers.torchserve_graphsage import TorchServeGraphSagePeer, graphsage_artefacts
     from servelab.graph.model import load_model
 
     if shutil.which("java") is None:
         print(f"TorchServe row skipped: {JAVA_HINT}", flush=True)
-        return None
+        return []
     if not PeerEnv(opts.peers_dir, "torchserve", REQUIREMENTS).is_ready():
         print(f"TorchServe row skipped: no TorchServe venv under {opts.peers_dir} (run the live peer tests "
               "or `servelab compare` with a torchserve target once to install it)", flush=True)  # fmt: skip
-        return None
+        return []
     fanouts = load_model(model_dir)[0].config.fanouts
     with TorchServeGraphSagePeer(
         opts.peers_dir, graph_dir, fanouts, torch_threads=opts.torch_threads,
@@ -401,19 +424,30 @@ def _torchserve_row(
     ) as peer:  # fmt: skip
         peer.prepare(graphsage_artefacts(model_dir, peer.work_dir / "export"))
         endpoint = peer.start()
-        return asyncio.run(_torchserve_clients(endpoint.url, queries, classes, load))
+        return asyncio.run(_torchserve_clients(endpoint.url, endpoint.extra["grpc"], queries, classes, load))
 
 
-async def _torchserve_clients(base: str, queries: np.ndarray, classes: int, load: Load) -> E2ERow:
+async def _torchserve_clients(
+    base: str, grpc_target: str, queries: np.ndarray, classes: int, load: Load
+) -> list[E2ERow]:
     def no_stats() -> tuple[int, int]:
         return 0, 0  # TorchServe exposes no per-stage times: shares stay NaN
 
     connector = aiohttp.TCPConnector(limit=load.concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
         call = _json_call(session, f"{base}/predictions/sage", classes)
-        row = await _measure(TORCHSERVE_E2E, "REST JSON", call, queries, load, no_stats)
-    row.sample_share = row.server_share = math.nan
-    return row
+        rest = await _measure(TORCHSERVE_E2E, "REST JSON", call, queries, load, no_stats)
+    async with grpc.aio.insecure_channel(grpc_target) as channel:
+        rpc = await _measure(TORCHSERVE_E2E, "gRPC", _torchserve_grpc_call(channel, classes), queries, load, no_stats)
+    for row in (rest, rpc):
+        row.sample_share = row.server_share = math.nan
+    return [rest, rpc]
+
+
+def same_protocol(row: E2ERow, candidates: list[E2ERow]) -> E2ERow | None:
+    """The baseline row a servelab row is compared with: gRPC with gRPC, HTTP (REST binary) with HTTP."""
+    want_grpc = row.protocol == "gRPC"
+    return next((c for c in candidates if (c.protocol == "gRPC") == want_grpc), None)
 
 
 def run_e2e(
@@ -435,26 +469,28 @@ def run_e2e(
         export_repository(model_dir, graph_dir, repo, runtime=runtime)
         print(f"serving {repo} ({runtime}) ...", flush=True)
         rows += _servelab_rows(repo, runtime, queries, classes, load, workdir, server_env)
-    ts = None
+    ts: list[E2ERow] = []
     if torchserve is not None:
         print("serving GraphSAGE with real TorchServe ...", flush=True)
         ts = _torchserve_row(model_dir, graph_dir, queries, classes, load, torchserve)
-    rows += [ts] if ts is not None else []
+    rows += ts
     print("serving the TorchServe-style FastAPI baseline ...", flush=True)
     base = _baseline_row(model_dir, graph_dir, queries, classes, load, workdir)
     rows.append(base)
     for row in rows:
         row.speedup_b1_p50 = base.b1_p50_ms / row.b1_p50_ms
         row.throughput_ratio = row.nodes_per_s / base.nodes_per_s
-        if ts is not None:
-            row.vs_torchserve_b1_p50 = ts.b1_p50_ms / row.b1_p50_ms
-            row.vs_torchserve_nodes_per_s = row.nodes_per_s / ts.nodes_per_s
+        peer = same_protocol(row, ts)
+        if peer is not None:
+            row.vs_torchserve_b1_p50 = peer.b1_p50_ms / row.b1_p50_ms
+            row.vs_torchserve_nodes_per_s = row.nodes_per_s / peer.nodes_per_s
     return rows
 
 
 # ----- standalone: in-process rows, like-for-like ratios, JSON -----
 RESULTS = Path(__file__).parent / "results" / "graphsage_e2e.json"
-INPROC_SERVELAB = "servelab Engine (numba + ONNX Runtime)"
+INPROC_SERVELAB = "servelab Engine, sage ensemble (numba + ONNX Runtime)"
+INPROC_FUSED = "servelab Engine, sage_fused (numba + ONNX Runtime)"
 INPROC_BASELINE = "TorchServe-style function (Python sampler + torch eager)"
 TARGET_RATIO = 3.0
 
@@ -510,14 +546,15 @@ def _in_process(
 
     # One at a time: with the Engine open (its runtimes' thread pools alive) the baseline's batch-32
     # P50 tripled on 2 cores.
-    with Engine(repo) as engine:
+    for name, model in ((INPROC_SERVELAB, "sage"), (INPROC_FUSED, "sage_fused")):
+        with Engine(repo, load_models=["graphsage_sampler", "graphsage_layers", "sage"] if model == "sage" else [model]) as engine:
 
-        def servelab(ids: np.ndarray) -> tuple[int, int, int]:
-            t0 = time.perf_counter_ns()
-            engine.infer("sage", {"node_ids": ids}, outputs=["logits"])
-            return 0, 0, time.perf_counter_ns() - t0
+            def servelab(ids: np.ndarray, model: str = model) -> tuple[int, int, int]:
+                t0 = time.perf_counter_ns()
+                engine.infer(model, {"node_ids": ids}, outputs=["logits"])
+                return 0, 0, time.perf_counter_ns() - t0
 
-        measure(INPROC_SERVELAB, servelab)
+            measure(name, servelab)
     measure(INPROC_BASELINE, baseline)
     return rows
 
@@ -537,12 +574,15 @@ def _compare(scope: str, mine: InProcRow | E2ERow, base: InProcRow | E2ERow) -> 
 def comparisons(inproc: list[InProcRow], e2e: list[E2ERow]) -> list[Comparison]:
     """In-process with in-process; every servelab wire row with TorchServe, then with FastAPI."""
     out = []
-    if len(inproc) == 2:
-        out.append(_compare("in-process", inproc[0], inproc[1]))
+    base_inproc = next((r for r in inproc if r.config == INPROC_BASELINE), None)
+    if base_inproc is not None:
+        out += [_compare("in-process", r, base_inproc) for r in inproc if r is not base_inproc]
     mine = [r for r in e2e if r.framework.startswith("servelab")]
     for name in (TORCHSERVE_E2E, BASELINE_E2E):
-        base = next((r for r in e2e if r.framework == name), None)
-        out += [_compare("end-to-end", r, base) for r in mine] if base is not None else []
+        bases = [r for r in e2e if r.framework == name]
+        for r in mine:
+            base = same_protocol(r, bases) or (bases[0] if bases else None)
+            out += [_compare("end-to-end", r, base)] if base is not None else []
     return out
 
 

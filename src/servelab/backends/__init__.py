@@ -25,6 +25,7 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "tensorrt": ("servelab.backends.tensorrt:TensorRTBackend", "tensorrt"),
     "tensorflow": ("servelab.backends.tensorflow:TensorFlowBackend", "tensorflow"),
     "graphsage_sampler": ("servelab.graph.backend:GraphSamplerBackend", "graph"),
+    "graphsage": ("servelab.graph.fused:FusedSageBackend", "graph"),
 }
 
 _PLATFORMS = {

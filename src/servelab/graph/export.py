@@ -229,6 +229,8 @@ def check_parity(
 
 
 SAMPLER_MODEL, LAYERS_MODEL, ENSEMBLE_MODEL = "graphsage_sampler", "graphsage_layers", "sage"
+#: one-call variant of ``sage`` (servelab.graph.fused), written for mean-aggregator models
+FUSED_MODEL = "sage_fused"
 #: runtime -> config.pbtxt ``backend:`` of the layers model
 _LAYER_BACKENDS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "torch": "pytorch"}
 
@@ -319,6 +321,18 @@ def _ensemble_config(features: int, hidden: int, classes: int) -> mc.ModelConfig
     return cfg
 
 
+def _fused_config(runtime: str, graph_dir: str, features: int, hidden: int, classes: int,
+                  fanouts: tuple[int, int]) -> mc.ModelConfig:  # fmt: skip
+    cfg = mc.ModelConfig(name=FUSED_MODEL, backend="graphsage", max_batch_size=0, default_model_filename="model.onnx")
+    cfg.input.extend(_graph_inputs(features))
+    cfg.output.extend(_ensemble_config(features, hidden, classes).output)
+    cfg.parameters["graph_dir"].string_value = graph_dir
+    cfg.parameters["fanouts"].string_value = f"{fanouts[0]},{fanouts[1]}"
+    # the dense graph is ONNX: OpenVINO reads it directly; torch layers fall back to ONNX Runtime here
+    cfg.parameters["runtime"].string_value = "openvino" if runtime == "openvino" else "onnxruntime"
+    return cfg
+
+
 def _write_config(repository: Path, cfg: mc.ModelConfig) -> Path:
     model_dir = repository / cfg.name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
@@ -335,10 +349,11 @@ def _graph_param(graph_dir: Path, repository: Path) -> str:
 def export_repository(
     model_dir: Path, graph_dir: Path, repository: Path, runtime: str = "onnxruntime", atol: float = 1e-5
 ) -> dict[str, float]:
-    """Write ``graphsage_sampler``, ``graphsage_layers`` (on ``runtime``) and the ``sage`` ensemble.
+    """Write ``graphsage_sampler``, ``graphsage_layers`` (on ``runtime``), the ``sage`` ensemble and,
+    for the mean aggregator, ``sage_fused`` (the same pipeline in one model call).
 
-    The exported layers are checked against eager torch on random blocks before the configs are
-    written; returns ``{"max_abs_diff": ...}``. ``graph_dir`` is stored relative to the repository
+    The exported layers (and the fused model's dense graph) are checked against eager torch on random
+    blocks before the configs are written; returns ``{"max_abs_diff": ...}`` (the worst of both). ``graph_dir`` is stored relative to the repository
     when it lies inside it, else as an absolute path.
     """
     from servelab.graph.store import GraphStore
@@ -364,4 +379,13 @@ def export_repository(
         repository, _sampler_config(_graph_param(Path(graph_dir), repository), cfg.in_features, cfg.fanouts)
     )
     _write_config(repository, _ensemble_config(cfg.in_features, cfg.hidden, cfg.num_classes))
+    if cfg.aggregator == "mean":
+        from servelab.graph.dense import check_dense_parity, save_dense_onnx
+
+        dense = save_dense_onnx(model, repository / FUSED_MODEL / "1" / "model.onnx")
+        worst = max(worst, check_dense_parity(model, dense, atol=atol))
+        graph = _graph_param(Path(graph_dir), repository)
+        _write_config(
+            repository, _fused_config(runtime, graph, cfg.in_features, cfg.hidden, cfg.num_classes, cfg.fanouts)
+        )
     return {"max_abs_diff": worst}

@@ -159,7 +159,8 @@ class TorchServePeer(Peer):
         self._wait_http(f"{url}/ping", 120.0, lambda s, b: s == 200 and b"Healthy" in b)
         self._register()
         return Endpoint(url=url, kind="torchserve", model=self.artefacts.name, pid=proc.pid,
-                        extra={"management": self.management_url, "metrics": f"http://{HOST}:{ports[2]}"})  # fmt: skip
+                        extra={"management": self.management_url, "metrics": f"http://{HOST}:{ports[2]}",
+                               "grpc": f"{HOST}:{ports[3]}"})  # fmt: skip
 
     def _register(self) -> None:
         assert self.artefacts is not None and self.process is not None
