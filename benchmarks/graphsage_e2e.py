@@ -40,16 +40,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import grpc.aio
-import numpy as np
-import orjson
+from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
 
-from servelab.bench.peers._net import free_ports, http_status
-from servelab.bench.peers._venv import PeerEnv
-from servelab.bench.peers.base import wait_until
-from servelab.graph.export import export_repository
-from servelab.protocol import grpc_service_pb2, grpc_service_pb2_grpc
+# The clients (for servelab and TorchServe alike) skip grpcio's EventEngine thread hops: see grpc_runtime.
+disable_grpc_experiments(CLIENT_EXPERIMENTS)
+
+import aiohttp  # noqa: E402
+import grpc.aio  # noqa: E402
+import numpy as np  # noqa: E402
+import orjson  # noqa: E402
+
+from servelab.bench.peers._net import free_ports, http_status  # noqa: E402
+from servelab.bench.peers._venv import PeerEnv  # noqa: E402
+from servelab.bench.peers.base import wait_until  # noqa: E402
+from servelab.graph.export import export_repository  # noqa: E402
+from servelab.protocol import grpc_service_pb2, grpc_service_pb2_grpc  # noqa: E402
 
 HOST = "127.0.0.1"
 BASELINE_E2E = "TorchServe-style (FastAPI + Python sampler + torch eager)"
@@ -662,7 +667,7 @@ def main() -> None:
         "nodes": store.num_nodes, "edges": store.num_edges, "queries": args.queries, "concurrency": args.concurrency,
         "duration_s_per_phase": args.duration_s, "torchserve": None if ts is None else {**asdict(ts), "peers_dir": str(ts.peers_dir)},
         "cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
-        "target_ratio": TARGET_RATIO,
+        "target_ratio": TARGET_RATIO, "client_grpc_experiments": os.environ.get("GRPC_EXPERIMENTS"),
     }  # fmt: skip
     result = {
         "meta": meta,

@@ -9,6 +9,7 @@ Writes, inside the repository (nothing is downloaded):
 - ``graphsage_sampler`` the 2-hop sampler over that store (node_ids -> x, nbr1, nbr2)
 - ``graphsage_layers``  the trained SAGE layers on ONNX Runtime
 - ``sage``              the ensemble: node_ids (+ optional new_features, new_edges) -> logits, embeddings
+- ``sage_fused``        the same answers in one model call (servelab.graph.fused)
 
 Training stops after a few seconds; the report compares the model with a features-only MLP trained
 as long, and the build fails if the graph model does not beat it.

@@ -10,6 +10,7 @@ Models:
 - ``preprocess``        Python backend: UINT8 [16] pixels -> normalised FP32 [16]
 - ``pipeline``          ensemble: preprocess -> mlp_torchscript -> OUTPUT (classification-ready scores)
 - ``sage``              GraphSAGE ensemble over ``graphsage_sampler`` and ``graphsage_layers`` (ONNX Runtime)
+- ``sage_fused``        the same GraphSAGE in one model call (numba aggregation + a dense ONNX graph)
                         on a 100k-node graph stored in ``_graphs/demo`` (see examples/build_graph.py)
 """
 

@@ -100,24 +100,27 @@ def _requests() -> dict[str, dict[str, np.ndarray]]:
     }
 
 
+# every degree is <= the fan-outs, so sampling is deterministic and the fused model must answer the same
+@pytest.mark.parametrize("model", ["sage", "sage_fused"])
 @pytest.mark.parametrize("kind", ["plain", "inductive"])
 def test_grpc_answer_equals_the_engine(
-    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str
+    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str, model: str
 ) -> None:
     with grpcclient.InferenceServerClient(sage_server.grpc_address) as client:
-        assert client.is_model_ready("sage")
-        result = client.infer("sage", _grpc_inputs(_requests()[kind]))
+        assert client.is_model_ready(model)
+        result = client.infer(model, _grpc_inputs(_requests()[kind]))
     for name in ("logits", "embeddings"):
         np.testing.assert_allclose(result.as_numpy(name), expected[kind][name], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("model", ["sage", "sage_fused"])
 @pytest.mark.parametrize("kind", ["plain", "inductive"])
 def test_http_answer_equals_the_engine(
-    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str
+    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str, model: str
 ) -> None:
     with httpclient.InferenceServerClient(sage_server.http_address) as client:
         outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in ("logits", "embeddings")]
-        result = client.infer("sage", _http_inputs(_requests()[kind]), outputs=outputs)
+        result = client.infer(model, _http_inputs(_requests()[kind]), outputs=outputs)
     for name in ("logits", "embeddings"):
         np.testing.assert_allclose(result.as_numpy(name), expected[kind][name], rtol=1e-5, atol=1e-6)
 

@@ -29,9 +29,11 @@ import numpy as np
 
 from servelab.backends.base import Inputs, Outputs, param
 from servelab.errors import InvalidArgument
-from servelab.graph._fused_kernels import dense_inputs
+from servelab.graph import _sampler_kernels
+from servelab.graph._fused_kernels import dense_inputs, dense_serial
 from servelab.graph.backend import NEW_EDGES, NEW_FEATURES, GraphSamplerBackend
 from servelab.graph.dense import OUTPUT_NAMES
+from servelab.graph.sampler import NumbaSampler
 
 __all__ = ["FusedSageBackend"]
 
@@ -94,6 +96,11 @@ class FusedSageBackend(GraphSamplerBackend):
         self.parallel_from = int(param(self.config, "parallel_from", "64") or 64)
         self._dense = (_onnxruntime if runtime == "onnxruntime" else _openvino)(str(path), max(threads, 1))
         self.layers_ns = 0
+        # the small-batch fast path needs the numba sampler and float32 features (numba reads them in place)
+        fast = isinstance(self.sampler, NumbaSampler) and self.store.features.dtype == np.float32
+        self._next_seed = self.sampler._next_seed if fast and isinstance(self.sampler, NumbaSampler) else None
+        self._serial_below = min(self.parallel_from, getattr(self.sampler, "parallel_threshold", 0))
+        self._sample = _sampler_kernels._sample
         self._warmup()
 
     def _warmup(self) -> None:
@@ -102,6 +109,8 @@ class FusedSageBackend(GraphSamplerBackend):
         blocks = self.sampler.sample(np.zeros(1, dtype=np.int64), seed=0)
         for parallel in (False, True):
             a1, idx2, w2 = dense_inputs(self.store.features, blocks.nodes, blocks.nbr1, blocks.nbr2, parallel)
+        if self.store.features.dtype == np.float32:
+            dense_serial(self.store.features, blocks.nodes, blocks.nbr1, blocks.nbr2)
         self._dense(a1, idx2, w2)
 
     def infer(self, inputs: Inputs) -> Outputs:
@@ -111,20 +120,41 @@ class FusedSageBackend(GraphSamplerBackend):
             a1, idx2, w2 = dense_inputs(x, np.arange(x.shape[0], dtype=np.int64), nbr1, nbr2)
             with self._lock:
                 self.stages.gather_ns += time.perf_counter_ns() - t0
+            t2 = time.perf_counter_ns()
+            logits, emb = self._dense(a1, idx2, w2)
+            with self._lock:
+                self.layers_ns += time.perf_counter_ns() - t2
+            return {"logits": logits, "embeddings": emb}
+        t0 = time.perf_counter_ns()
+        ids = inputs.get("node_ids")
+        if (
+            self._next_seed is not None and type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1
+            and 0 < ids.size < self._serial_below and ids.flags.c_contiguous
+        ):  # fmt: skip
+            # Small batches: two compiled calls and no numpy calls in Python; in a busy server each
+            # numpy call costs several times its in-process time (cold caches).
+            nodes, _, nbr1, nbr2, bad = self._sample(*self._csr, ids, *self.fanouts, self._next_seed(), False)
+            if bad >= 0:
+                self._node_ids(inputs, self.store.num_nodes)  # raises, naming every bad id
+            t1 = time.perf_counter_ns()
+            a1, idx2, w2 = dense_serial(self.store.features, nodes, nbr1, nbr2)
         else:
-            t0 = time.perf_counter_ns()
             ids = self._node_ids(inputs, self.store.num_nodes)
             blocks = self.sampler.sample(ids)
+            nodes = blocks.nodes
             t1 = time.perf_counter_ns()
-            a1, idx2, w2 = dense_inputs(
-                self.store.features, blocks.nodes, blocks.nbr1, blocks.nbr2, ids.size >= self.parallel_from
-            )
-            self._record(t1 - t0, time.perf_counter_ns() - t1, int(ids.size), int(blocks.nodes.size))
+            a1, idx2, w2 = dense_inputs(self.store.features, nodes, blocks.nbr1, blocks.nbr2, ids.size >= self.parallel_from)
         t2 = time.perf_counter_ns()
         logits, emb = self._dense(a1, idx2, w2)
-        elapsed = time.perf_counter_ns() - t2
+        t3 = time.perf_counter_ns()
         with self._lock:
-            self.layers_ns += elapsed
+            stages = self.stages
+            stages.sample_ns += t1 - t0
+            stages.gather_ns += t2 - t1
+            stages.count += 1
+            stages.seeds += int(ids.size)
+            stages.nodes += int(nodes.size)
+            self.layers_ns += t3 - t2
         return {"logits": logits, "embeddings": emb}
 
     def stage_times(self) -> dict[str, int]:

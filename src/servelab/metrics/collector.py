@@ -62,6 +62,26 @@ class _Version(Protocol):
     stats: Any
     scheduler: Any
     config: Any
+    instances: Any
+
+
+_STAGE_NAME = "servelab_model_stage_duration_us"
+
+
+def _stage_us(instances: Iterable[Any]) -> dict[str, float]:
+    """Cumulative microseconds per pipeline stage, summed over a version's instances: every ``*_ns``
+    counter of ``Backend.stage_stats()`` (e.g. the GraphSAGE sampler's sample / gather, the fused
+    model's layers) and each ensemble step as ``step<i>_<model>``."""
+    totals: dict[str, float] = {}
+    for backend in instances:
+        stages = backend.stage_stats() if hasattr(backend, "stage_stats") else {}
+        for key, value in stages.items():
+            if key.endswith("_ns") and isinstance(value, int):
+                totals[key[:-3]] = totals.get(key[:-3], 0.0) + value / 1000.0
+        for step in stages.get("steps", ()):
+            label = f"step{step['step']}_{step['model_name']}"
+            totals[label] = totals.get(label, 0.0) + step["total_ns"] / 1000.0
+    return totals
 
 
 class _Record(Protocol):
@@ -102,6 +122,8 @@ class ModelCollector(Collector):
             "servelab_model_max_batch_size", "max_batch_size of the model's config (0: does not batch)",
             labels=list(_LABELS))
         hists = {name: HistogramMetricFamily(name, doc, labels=list(_LABELS)) for name, (doc, _) in _HISTOGRAMS.items()}
+        stages = Metric(_STAGE_NAME, "Cumulative time per pipeline stage in microseconds (sampling, gather, "
+                        "layers; ensemble steps)", "unknown")  # fmt: skip
         for lv in versions:
             labels = {"model": lv.name, "version": str(lv.version)}
             snapshot = lv.stats.as_dict()
@@ -109,6 +131,8 @@ class ModelCollector(Collector):
                 counters[name].add_sample(name, labels, _read(snapshot, path))
             pending.add_metric([lv.name, str(lv.version)], float(getattr(lv.scheduler, "pending", 0)))
             max_batch.add_metric([lv.name, str(lv.version)], float(lv.config.max_batch_size))
+            for stage, us in sorted(_stage_us(getattr(lv, "instances", ())).items()):
+                stages.add_sample(_STAGE_NAME, {**labels, "stage": stage}, us)
             observed: ModelHistograms | None = getattr(lv.scheduler, "histograms", None)
             if observed is None:
                 continue
@@ -119,6 +143,7 @@ class ModelCollector(Collector):
         yield from counters.values()
         yield pending
         yield max_batch
+        yield stages
         yield from hists.values()
 
 

@@ -169,3 +169,27 @@ def test_missing_dense_graph_is_a_clear_load_error(repo: Path, tmp_path: Path) -
     (broken / "sage_fused" / "1" / "model.onnx").unlink()
     with Engine(broken, load_models=[]) as engine, pytest.raises(Exception, match="no dense graph at"):
         engine.load_model("sage_fused")
+
+
+def test_stage_times_reach_the_prometheus_metrics(repo: Path) -> None:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from servelab.metrics.collector import ServerMetrics, render
+
+    registry = CollectorRegistry()
+    with Engine(repo) as engine:
+        metrics = ServerMetrics(registry, engine.dataplane.registry, process=False, gpu=False)
+        for model in ("sage", "sage_fused"):
+            engine.infer(model, {"node_ids": np.arange(8)})
+        text = render(metrics.registry)[0].decode()
+    samples = {
+        (s.labels["model"], s.labels["stage"]): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "servelab_model_stage_duration_us"
+        for s in family.samples
+    }
+    for stage in ("sample", "gather", "layers"):
+        assert samples[("sage_fused", stage)] > 0, stage
+    assert samples[("graphsage_sampler", "sample")] > 0 and samples[("graphsage_sampler", "gather")] > 0
+    assert samples[("sage", "step0_graphsage_sampler")] > 0 and samples[("sage", "step1_graphsage_layers")] > 0
