@@ -86,8 +86,9 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
     for i, inp in enumerate(msg.inputs):
         datatype = _datatype(inp.datatype, f"input '{inp.name}'")
         shape = tuple(inp.shape)
-        params = decode_parameters(inp.parameters, f"input '{inp.name}'")
-        _refuse_shared_memory(params, f"input '{inp.name}'")
+        params = decode_parameters(inp.parameters, f"input '{inp.name}'") if inp.parameters else {}
+        if params:
+            _refuse_shared_memory(params, f"input '{inp.name}'")
         if raw:
             if inp.HasField("contents") and inp.contents.ListFields():
                 raise InvalidArgument(
@@ -104,7 +105,7 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
         model_version=msg.model_version,
         id=msg.id,
         outputs=[_requested(o) for o in msg.outputs],
-        parameters=decode_parameters(msg.parameters, "request"),
+        parameters=decode_parameters(msg.parameters, "request") if msg.parameters else {},
     )
 
 
@@ -112,7 +113,8 @@ def encode_response(response: InferResponse) -> pb.ModelInferResponse:
     msg = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
-    encode_parameters(response.parameters, msg.parameters)
+    if response.parameters:
+        encode_parameters(response.parameters, msg.parameters)
     for t in response.outputs:
         out = msg.outputs.add()
         out.name = t.name
