@@ -31,14 +31,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import grpc.aio
-import numpy as np
-import orjson
+from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
 
-from servelab.bench.peers._net import free_ports, http_status
-from servelab.bench.peers.base import wait_until
-from servelab.protocol import grpc_service_pb2 as pb
+disable_grpc_experiments(CLIENT_EXPERIMENTS)  # the gRPC client as servelab's own (servelab.config.grpc_runtime)
+
+import aiohttp  # noqa: E402
+import grpc.aio  # noqa: E402
+import numpy as np  # noqa: E402
+import orjson  # noqa: E402
+
+from servelab.bench.peers._net import free_ports, http_status  # noqa: E402
+from servelab.bench.peers.base import wait_until  # noqa: E402
+from servelab.protocol import grpc_service_pb2 as pb  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
