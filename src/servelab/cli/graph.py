@@ -135,7 +135,7 @@ def export_command(
     repository: Annotated[Path, typer.Option("--repository", help="Model repository to write into.")],
     runtime: Annotated[str, typer.Option(help="Layers runtime: onnxruntime, openvino or torch.")] = "onnxruntime",
 ) -> None:
-    """Write graphsage_sampler, graphsage_layers and the `sage` ensemble into a model repository."""
+    """Write graphsage_sampler, graphsage_layers, the `sage` ensemble and `sage_fused` into a model repository."""
     from servelab.graph.export import export_repository
 
     try:
@@ -144,7 +144,8 @@ def export_command(
         raise _fail(ServelabError(str(exc))) from exc
     except ServelabError as exc:
         raise _fail(exc) from exc
+    fused = ", sage_fused" if (Path(repository) / "sage_fused" / "config.pbtxt").is_file() else ""
     _console.print(
-        f"wrote {repository}: graphsage_sampler, graphsage_layers ({runtime}), sage "
+        f"wrote {repository}: graphsage_sampler, graphsage_layers ({runtime}), sage{fused} "
         f"(parity with eager: max |diff| {result['max_abs_diff']:.2e})"
     )

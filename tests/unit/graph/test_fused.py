@@ -193,3 +193,14 @@ def test_stage_times_reach_the_prometheus_metrics(repo: Path) -> None:
         assert samples[("sage_fused", stage)] > 0, stage
     assert samples[("graphsage_sampler", "sample")] > 0 and samples[("graphsage_sampler", "gather")] > 0
     assert samples[("sage", "step0_graphsage_sampler")] > 0 and samples[("sage", "step1_graphsage_layers")] > 0
+
+
+def test_a_pooling_model_gets_no_fused_model_and_a_stale_one_is_removed(
+    model: SageLayers, graph_dir: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    export_repository(save_model(model, tmp_path / "mean"), graph_dir, repo)
+    assert (repo / "sage_fused" / "config.pbtxt").is_file()
+    pool = SageLayers(SageConfig(F, C, hidden=H, aggregator="pool", fanouts=FANOUTS))
+    export_repository(save_model(pool, tmp_path / "pool"), graph_dir, repo)
+    assert not (repo / "sage_fused").exists() and (repo / "sage" / "config.pbtxt").is_file()
