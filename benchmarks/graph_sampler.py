@@ -131,7 +131,7 @@ def main() -> None:
         "numba_threads": numba.get_num_threads(),
         "threading_layer": numba.threading_layer(),
     }
-    graph = {"nodes": store.num_nodes, "edges": store.num_edges, "path": str(store.path)}
+    graph = {"nodes": store.num_nodes, "edges": store.num_edges, "path": Path(store.path).name}  # the folder's name: no machine path in results
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps({"graph": graph, "env": env, "fanouts": [10, 10], "results": rows}, indent=2)

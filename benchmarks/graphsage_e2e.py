@@ -370,6 +370,13 @@ def _print_comparisons(rows: list[Comparison], concurrency: int) -> None:
     Console(width=200).print(table)
 
 
+def _repo_relative(path: Path) -> str:
+    """``path`` as written into the results: relative to the repository when inside it, else its name."""
+    root = Path(__file__).resolve().parent.parent
+    path = Path(path).resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else path.name
+
+
 def _main_args() -> Any:
     import argparse
 
@@ -428,7 +435,7 @@ def main() -> None:
     _print_comparisons(found, args.concurrency)
     meta = {
         "nodes": store.num_nodes, "edges": store.num_edges, "queries": args.queries, "concurrency": args.concurrency,
-        "duration_s_per_phase": args.duration_s, "torchserve": None if ts is None else {**asdict(ts), "peers_dir": str(ts.peers_dir)},
+        "duration_s_per_phase": args.duration_s, "torchserve": None if ts is None else {**asdict(ts), "peers_dir": _repo_relative(ts.peers_dir)},
         "cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
         "target_ratio": TARGET_RATIO, "client_grpc_experiments": os.environ.get("GRPC_EXPERIMENTS"),
     }  # fmt: skip
