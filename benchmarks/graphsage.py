@@ -80,15 +80,11 @@ def _pipeline(sampler: NumbaSampler | PythonSampler, store: GraphStore, layers: 
 
 
 def _fused_pipeline(sampler: NumbaSampler, store: GraphStore, model: SageLayers, path: Path, threads: int) -> PipelineFn:
-    import onnxruntime as ort
-
     from servelab.graph._fused_kernels import dense_inputs
     from servelab.graph.dense import save_dense_onnx
+    from servelab.graph.export import ort_session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(save_dense_onnx(model, path)), opts, providers=["CPUExecutionProvider"])
+    session = ort_session(save_dense_onnx(model, path), threads)
 
     def call(ids: np.ndarray) -> tuple[int, int, int]:
         t0 = time.perf_counter_ns()
@@ -96,7 +92,7 @@ def _fused_pipeline(sampler: NumbaSampler, store: GraphStore, model: SageLayers,
         t1 = time.perf_counter_ns()
         a1, idx2, w2 = dense_inputs(store.features, block.nodes, block.nbr1, block.nbr2, ids.size >= 64)
         t2 = time.perf_counter_ns()
-        session.run(["logits", "embeddings"], {"a1": a1, "idx2": idx2, "w2": w2})
+        session.run(["logits", "embeddings"], {"a1": a1, "idx2": idx2, "w2": w2})  # type: ignore[attr-defined]
         return t1 - t0, t2 - t1, time.perf_counter_ns() - t2
 
     return call

@@ -100,19 +100,18 @@ def save_dense_onnx(model: SageLayers, path: Path) -> Path:
 
 def check_dense_parity(model: SageLayers, path: Path, atol: float = 1e-5, seeds: int = 3) -> float:
     """Largest |dense graph - eager SageLayers| over random blocks; AssertionError above ``atol``."""
-    import onnxruntime as ort
     import torch
 
     from servelab.graph._fused_kernels import dense_inputs
-    from servelab.graph.export import example_block
+    from servelab.graph.export import example_block, ort_session
 
     cfg = model.config
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = ort_session(path, 1)
     worst = 0.0
     for batch in (1, 3, 32)[:seeds]:
         x, nbr1, nbr2 = example_block(cfg.in_features, cfg.fanouts, batch=batch, seed=batch)
         a1, idx2, w2 = dense_inputs(x, np.arange(x.shape[0], dtype=np.int64), nbr1, nbr2)
-        got = session.run(list(OUTPUT_NAMES), {"a1": a1, "idx2": idx2, "w2": w2})
+        got = session.run(list(OUTPUT_NAMES), dict(zip(DENSE_INPUTS, (a1, idx2, w2), strict=True)))  # type: ignore[attr-defined]
         with torch.inference_mode():
             want = model(torch.from_numpy(x), torch.from_numpy(nbr1), torch.from_numpy(nbr2))
         for g, w in zip(got, want, strict=True):

@@ -35,6 +35,8 @@ __all__ = [
     "export_repository",
     "export_torchscript",
     "load_runner",
+    "openvino_model",
+    "ort_session",
 ]
 
 INPUT_NAMES = ("x", "nbr1", "nbr2")
@@ -152,7 +154,8 @@ def export_artifact(model: SageLayers, runtime: str, out_dir: Path) -> Path:
         onnx_path.unlink(missing_ok=True)
 
 
-def _onnx_runner(path: Path, threads: int) -> LayersFn:
+def ort_session(path: Path, threads: int) -> object:
+    """An ONNX Runtime CPU session with ``threads`` intra-op threads that do not spin."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -160,26 +163,31 @@ def _onnx_runner(path: Path, threads: int) -> LayersFn:
     opts.inter_op_num_threads = 1
     # Spinning threads fight a numba sampler in the same process for the same cores.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def openvino_model(path: Path, threads: int) -> object:
+    """An OpenVINO CPU compiled model: ``threads`` threads, float32, latency hint."""
+    import openvino as ov
+
+    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    return ov.Core().compile_model(str(path), "CPU", config)
+
+
+def _onnx_runner(path: Path, threads: int) -> LayersFn:
+    session = ort_session(path, threads)
 
     def run(x: np.ndarray, nbr1: np.ndarray, nbr2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        logits, emb = session.run(list(OUTPUT_NAMES), {"x": x, "nbr1": nbr1, "nbr2": nbr2})
+        logits, emb = session.run(list(OUTPUT_NAMES), {"x": x, "nbr1": nbr1, "nbr2": nbr2})  # type: ignore[attr-defined]
         return logits, emb
 
     return run
 
 
 def _openvino_runner(path: Path, threads: int) -> LayersFn:
-    import openvino as ov
-
-    config = {
-        "INFERENCE_NUM_THREADS": threads,
-        "INFERENCE_PRECISION_HINT": "f32",
-        "PERFORMANCE_HINT": "LATENCY",
-    }
-    compiled = ov.Core().compile_model(str(path), "CPU", config)
-    request = compiled.create_infer_request()
-    out_logits, out_emb = compiled.output("logits"), compiled.output("embeddings")
+    compiled = openvino_model(path, threads)
+    request = compiled.create_infer_request()  # type: ignore[attr-defined]
+    out_logits, out_emb = compiled.output("logits"), compiled.output("embeddings")  # type: ignore[attr-defined]
 
     def run(x: np.ndarray, nbr1: np.ndarray, nbr2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         result = request.infer({"x": x, "nbr1": nbr1, "nbr2": nbr2})
@@ -291,16 +299,19 @@ def _layers_config(
     return cfg
 
 
+def _sage_outputs(hidden: int, classes: int) -> list[mc.ModelOutput]:
+    """logits and embeddings: the outputs of ``sage`` and ``sage_fused``."""
+    return [
+        mc.ModelOutput(name="logits", data_type=mc.TYPE_FP32, dims=[-1, classes]),
+        mc.ModelOutput(name="embeddings", data_type=mc.TYPE_FP32, dims=[-1, hidden]),
+    ]
+
+
 def _ensemble_config(features: int, hidden: int, classes: int) -> mc.ModelConfig:
     cfg = mc.ModelConfig(name=ENSEMBLE_MODEL, platform="ensemble", max_batch_size=0)
     inputs = _graph_inputs(features)
     cfg.input.extend(inputs)
-    cfg.output.extend(
-        [
-            mc.ModelOutput(name="logits", data_type=mc.TYPE_FP32, dims=[-1, classes]),
-            mc.ModelOutput(name="embeddings", data_type=mc.TYPE_FP32, dims=[-1, hidden]),
-        ]
-    )
+    cfg.output.extend(_sage_outputs(hidden, classes))
     blocks = {name: name for name in INPUT_NAMES}
     cfg.ensemble_scheduling.step.extend(
         [
@@ -325,7 +336,7 @@ def _fused_config(runtime: str, graph_dir: str, features: int, hidden: int, clas
                   fanouts: tuple[int, int]) -> mc.ModelConfig:  # fmt: skip
     cfg = mc.ModelConfig(name=FUSED_MODEL, backend="graphsage", max_batch_size=0, default_model_filename="model.onnx")
     cfg.input.extend(_graph_inputs(features))
-    cfg.output.extend(_ensemble_config(features, hidden, classes).output)
+    cfg.output.extend(_sage_outputs(hidden, classes))
     cfg.parameters["graph_dir"].string_value = graph_dir
     cfg.parameters["fanouts"].string_value = f"{fanouts[0]},{fanouts[1]}"
     # the dense graph is ONNX: OpenVINO reads it directly; torch layers fall back to ONNX Runtime here
@@ -353,8 +364,8 @@ def export_repository(
     for the mean aggregator, ``sage_fused`` (the same pipeline in one model call).
 
     The exported layers (and the fused model's dense graph) are checked against eager torch on random
-    blocks before the configs are written; returns ``{"max_abs_diff": ...}`` (the worst of both). ``graph_dir`` is stored relative to the repository
-    when it lies inside it, else as an absolute path.
+    blocks before the configs are written; returns ``{"max_abs_diff": ...}`` (the worst of both).
+    ``graph_dir`` is stored relative to the repository when it lies inside it, else as an absolute path.
     """
     from servelab.graph.store import GraphStore
 

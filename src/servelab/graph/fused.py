@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from servelab.graph import _sampler_kernels
 from servelab.graph._fused_kernels import dense_inputs, dense_serial
 from servelab.graph.backend import NEW_EDGES, NEW_FEATURES, GraphSamplerBackend
 from servelab.graph.dense import OUTPUT_NAMES
+from servelab.graph.export import openvino_model, ort_session
 from servelab.graph.sampler import NumbaSampler
 
 __all__ = ["FusedSageBackend"]
@@ -41,33 +43,24 @@ DenseFn = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.nd
 _RUNTIMES = ("onnxruntime", "openvino")
 
 
-def _onnxruntime(path: str, threads: int) -> DenseFn:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    run, names = session.run, list(OUTPUT_NAMES)
+def _onnxruntime(path: Path, threads: int) -> DenseFn:
+    run, names = ort_session(path, threads).run, list(OUTPUT_NAMES)  # type: ignore[attr-defined]
 
     def dense(a1: np.ndarray, idx2: np.ndarray, w2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        logits, emb = run(names, {"a1": a1, "idx2": idx2, "w2": w2})
+        logits, emb = run(names, {"a1": a1, "idx2": idx2, "w2": w2})  # DENSE_INPUTS, spelt out: hot path
         return logits, emb
 
     return dense
 
 
-def _openvino(path: str, threads: int) -> DenseFn:
-    import openvino as ov
-
-    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
-    compiled = ov.Core().compile_model(path, "CPU", config)
-    logits_out, emb_out = compiled.output("logits"), compiled.output("embeddings")
+def _openvino(path: Path, threads: int) -> DenseFn:
+    compiled = openvino_model(path, threads)
+    logits_out, emb_out = compiled.output("logits"), compiled.output("embeddings")  # type: ignore[attr-defined]
 
     def dense(a1: np.ndarray, idx2: np.ndarray, w2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # one infer request per call: requests run concurrently from the worker threads
-        result = compiled.create_infer_request().infer({"a1": a1, "idx2": idx2, "w2": w2})
+        request = compiled.create_infer_request()  # type: ignore[attr-defined]
+        result = request.infer({"a1": a1, "idx2": idx2, "w2": w2})
         return np.array(result[logits_out]), np.array(result[emb_out])
 
     return dense
@@ -94,37 +87,37 @@ class FusedSageBackend(GraphSamplerBackend):
             )
         threads = int(param(self.config, "layers_threads", "1") or 1)
         self.parallel_from = int(param(self.config, "parallel_from", "64") or 64)
-        self._dense = (_onnxruntime if runtime == "onnxruntime" else _openvino)(str(path), max(threads, 1))
+        self._dense = (_onnxruntime if runtime == "onnxruntime" else _openvino)(path, max(threads, 1))
         self.layers_ns = 0
         # the small-batch fast path needs the numba sampler and float32 features (numba reads them in place)
-        fast = isinstance(self.sampler, NumbaSampler) and self.store.features.dtype == np.float32
-        self._next_seed = self.sampler._next_seed if fast and isinstance(self.sampler, NumbaSampler) else None
-        self._serial_below = min(self.parallel_from, getattr(self.sampler, "parallel_threshold", 0))
-        self._sample = _sampler_kernels._sample
+        sampler, self._next_seed, self._serial_below = self.sampler, None, 0
+        if isinstance(sampler, NumbaSampler) and self.store.features.dtype == np.float32:
+            self._next_seed = sampler._next_seed
+            self._serial_below = min(self.parallel_from, sampler.parallel_threshold)
         self._warmup()
 
     def _warmup(self) -> None:
         """Load both aggregation kernels (numba cache) and run the graph once, on a fixed sampler seed
         so that the first request samples what the ensemble's first request would."""
         blocks = self.sampler.sample(np.zeros(1, dtype=np.int64), seed=0)
-        for parallel in (False, True):
+        for parallel in (False, True):  # the serial one is dense_serial, the fast path's
             a1, idx2, w2 = dense_inputs(self.store.features, blocks.nodes, blocks.nbr1, blocks.nbr2, parallel)
-        if self.store.features.dtype == np.float32:
-            dense_serial(self.store.features, blocks.nodes, blocks.nbr1, blocks.nbr2)
         self._dense(a1, idx2, w2)
 
     def infer(self, inputs: Inputs) -> Outputs:
         if NEW_FEATURES in inputs or NEW_EDGES in inputs:
-            x, nbr1, nbr2 = self._inductive(inputs)  # records its sampling and gathering
-            t0 = time.perf_counter_ns()
-            a1, idx2, w2 = dense_inputs(x, np.arange(x.shape[0], dtype=np.int64), nbr1, nbr2)
-            with self._lock:
-                self.stages.gather_ns += time.perf_counter_ns() - t0
-            t2 = time.perf_counter_ns()
-            logits, emb = self._dense(a1, idx2, w2)
-            with self._lock:
-                self.layers_ns += time.perf_counter_ns() - t2
-            return {"logits": logits, "embeddings": emb}
+            a1, idx2, w2 = self._inductive_inputs(inputs)
+        else:
+            a1, idx2, w2 = self._stored_inputs(inputs)
+        t0 = time.perf_counter_ns()
+        logits, emb = self._dense(a1, idx2, w2)
+        elapsed = time.perf_counter_ns() - t0
+        with self._lock:
+            self.layers_ns += elapsed
+        return {"logits": logits, "embeddings": emb}
+
+    def _stored_inputs(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample the stored graph and aggregate its first hop; records the sample and gather times."""
         t0 = time.perf_counter_ns()
         ids = inputs.get("node_ids")
         if (
@@ -133,29 +126,32 @@ class FusedSageBackend(GraphSamplerBackend):
         ):  # fmt: skip
             # Small batches: two compiled calls and no numpy calls in Python; in a busy server each
             # numpy call costs several times its in-process time (cold caches).
-            nodes, _, nbr1, nbr2, bad = self._sample(*self._csr, ids, *self.fanouts, self._next_seed(), False)
+            nodes, _, nbr1, nbr2, bad = _sampler_kernels._sample(
+                *self._csr, ids, *self.fanouts, self._next_seed(), False
+            )
             if bad >= 0:
                 self._node_ids(inputs, self.store.num_nodes)  # raises, naming every bad id
             t1 = time.perf_counter_ns()
-            a1, idx2, w2 = dense_serial(self.store.features, nodes, nbr1, nbr2)
+            dense = dense_serial(self.store.features, nodes, nbr1, nbr2)
         else:
             ids = self._node_ids(inputs, self.store.num_nodes)
             blocks = self.sampler.sample(ids)
             nodes = blocks.nodes
             t1 = time.perf_counter_ns()
-            a1, idx2, w2 = dense_inputs(self.store.features, nodes, blocks.nbr1, blocks.nbr2, ids.size >= self.parallel_from)
-        t2 = time.perf_counter_ns()
-        logits, emb = self._dense(a1, idx2, w2)
-        t3 = time.perf_counter_ns()
+            parallel = ids.size >= self.parallel_from
+            dense = dense_inputs(self.store.features, nodes, blocks.nbr1, blocks.nbr2, parallel)
+        self._record(t1 - t0, time.perf_counter_ns() - t1, int(ids.size), int(nodes.size))
+        return dense  # type: ignore[no-any-return]
+
+    def _inductive_inputs(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The same over the stored graph plus the request's new nodes and edges."""
+        x, nbr1, nbr2 = self._inductive(inputs)  # records its sampling and gathering
+        t0 = time.perf_counter_ns()
+        dense = dense_inputs(x, np.arange(x.shape[0], dtype=np.int64), nbr1, nbr2)
+        elapsed = time.perf_counter_ns() - t0
         with self._lock:
-            stages = self.stages
-            stages.sample_ns += t1 - t0
-            stages.gather_ns += t2 - t1
-            stages.count += 1
-            stages.seeds += int(ids.size)
-            stages.nodes += int(nodes.size)
-            self.layers_ns += t3 - t2
-        return {"logits": logits, "embeddings": emb}
+            self.stages.gather_ns += elapsed
+        return dense
 
     def stage_times(self) -> dict[str, int]:
         with self._lock:
