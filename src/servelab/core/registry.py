@@ -18,7 +18,7 @@ from servelab.backends import backend_class
 from servelab.backends.base import Backend, BackendContext, InferFn
 from servelab.config.settings import ControlMode, default_threads
 from servelab.core.batching import make_scheduler
-from servelab.core.instances import DirectScheduler, Scheduler
+from servelab.core.scheduling import DirectScheduler, Scheduler
 from servelab.core.stats import ModelStats
 from servelab.core.validation import Signature
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported

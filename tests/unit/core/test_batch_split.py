@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from servelab.backends.base import concat_rows, split_rows
 from servelab.core.batching import BatchPolicy, make_scheduler
 from servelab.core.batching._queue import Pending, RequestQueue
-from servelab.core.instances import execute_timed
+from servelab.core.scheduling import execute_timed
 
 row_counts = st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=12)
 

@@ -23,7 +23,7 @@ from batching_testutil import (
 
 from servelab.backends.base import Backend
 from servelab.core.batching import DynamicBatcher, make_scheduler
-from servelab.core.instances import DirectScheduler, ProcessInstance
+from servelab.core.scheduling import DirectScheduler, ProcessInstance
 from servelab.engine import Engine
 from servelab.errors import InternalError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
-from servelab.core.instances import DirectScheduler
+from servelab.core.scheduling import DirectScheduler
 from servelab.core.stats import ModelStats
 from servelab.protocol import model_config_pb2 as mc
 

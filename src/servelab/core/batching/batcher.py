@@ -32,7 +32,7 @@ from servelab.backends.base import Backend, Inputs, Outputs
 from servelab.core.batching._policy import BatchPolicy
 from servelab.core.batching._queue import Pending, RequestQueue
 from servelab.core.cache import ResponseCache
-from servelab.core.instances import Scheduler, execute_timed, request_rows
+from servelab.core.scheduling import Scheduler, execute_timed, request_rows
 from servelab.core.stats import ModelStats
 from servelab.errors import InternalError, InvalidArgument, ServelabError, Unavailable
 from servelab.protocol import model_config_pb2 as mc

@@ -1,6 +1,6 @@
 """Which scheduler a loaded version gets: the registry's default ``scheduler_factory``.
 
-Lives in ``core.batching`` (the layer above ``core.instances``) so that every import points down:
+Lives in ``core.batching`` (the layer above ``core.scheduling``) so that every import points down:
 batching builds on the instance layer's Scheduler, and the registry only calls this factory.
 """
 
@@ -12,7 +12,7 @@ from functools import partial
 from servelab.backends.base import Backend, param
 from servelab.core.batching.batcher import DynamicBatcher
 from servelab.core.cache import ResponseCache
-from servelab.core.instances import DirectScheduler, Scheduler, to_processes
+from servelab.core.scheduling import DirectScheduler, Scheduler, to_processes
 from servelab.core.stats import ModelStats
 from servelab.protocol import model_config_pb2 as mc
 

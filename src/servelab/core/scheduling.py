@@ -1,4 +1,4 @@
-"""Model instances and the scheduler that runs requests on them.
+"""The schedulers that run requests on a model version's instances.
 
 :class:`Scheduler` is what the registry attaches to each loaded model version. It owns the parts every
 scheduler shares: the response cache (looked up before a request is scheduled, filled after), the
