@@ -213,7 +213,7 @@ def test_grpc_stream_infer_needs_the_inference_key(keyed: AuthServer) -> None:
         results: queue.Queue[object] = queue.Queue()
         client = grpcclient.InferenceServerClient(keyed.grpc_address)
         try:
-            client.start_stream(callback=lambda result, error: results.put(error or result), headers=headers)
+            client.start_stream(callback=lambda result, error, q=results: q.put(error or result), headers=headers)
             # a refused stream may be closed before the request is queued: the callback has the error
             with contextlib.suppress(InferenceServerException):
                 client.async_stream_infer("simple", inputs)
