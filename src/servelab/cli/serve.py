@@ -11,24 +11,32 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 __all__ = ["build_settings", "register", "serve"]
+
+#: settings groups whose flags merge into the file's / environment's values instead of replacing them
+_NESTED = ("limits", "auth", "tls")
 
 
 def build_settings(repositories: list[Path], settings_file: Path | None, **flags: Any) -> Any:
     """ServerSettings from a settings file and flags (None flags keep the file's or default value)."""
     from servelab.config.settings import ServerSettings
 
-    overrides: dict[str, Any] = {k: v for k, v in flags.items() if v is not None and k != "limits"}
-    limits = {k: v for k, v in (flags.get("limits") or {}).items() if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in flags.items() if v is not None and k not in _NESTED}
+    nested = {name: {k: v for k, v in (flags.get(name) or {}).items() if v is not None} for name in _NESTED}
     if repositories:
         overrides["model_repository"] = [str(p) for p in repositories]
     settings = ServerSettings.from_file(settings_file, **overrides)
-    if limits:
-        merged = settings.limits.model_dump() | limits
-        settings = ServerSettings.from_file(settings_file, **overrides, limits=merged)
+    merged = {name: getattr(settings, name).model_dump() | given for name, given in nested.items() if given}
+    if merged:
+        settings = ServerSettings.from_file(settings_file, **overrides, **merged)
     return settings
+
+
+def _secret(value: str | None) -> SecretStr | None:
+    """Keys travel as SecretStr, so a settings error elsewhere in ``auth`` cannot print them."""
+    return SecretStr(value) if value is not None else None
 
 
 def serve(
@@ -44,6 +52,20 @@ def serve(
     exit_timeout_s: Annotated[float | None, typer.Option("--exit-timeout-secs", help="How long SIGTERM waits for in-flight requests.")] = None,
     max_body_bytes: Annotated[int | None, typer.Option("--max-body-bytes", help="Largest request body (413 above).")] = None,
     request_timeout_s: Annotated[float | None, typer.Option("--request-timeout-s", help="Server-side time limit per request.")] = None,
+    management_key: Annotated[str | None, typer.Option("--management-key", help="Bearer key for repository control and TorchServe management (prefer SERVELAB_AUTH__MANAGEMENT_KEY or --key-file: flags show in ps).")] = None,
+    inference_key: Annotated[str | None, typer.Option("--inference-key", help="Bearer key for inference, metadata, config, statistics.")] = None,
+    key_file: Annotated[Path | None, typer.Option("--key-file", help="TorchServe-style key_file.json; generated (0600) if it does not exist.")] = None,
+    disable_auth: Annotated[bool, typer.Option("--disable-auth", help="Serve without keys even beyond loopback.")] = False,
+    http_restricted_api: Annotated[list[str] | None, typer.Option("--http-restricted-api", help="Triton's <api>[,<api>...]:<header>=<value> (repeatable).")] = None,
+    grpc_restricted_protocol: Annotated[list[str] | None, typer.Option("--grpc-restricted-protocol", help="Triton's <protocol>[,...]:<key>=<value>; metadata triton-grpc-protocol-<key> (repeatable).")] = None,
+    ssl_certfile: Annotated[Path | None, typer.Option("--ssl-certfile", help="PEM certificate: HTTPS on every HTTP port.")] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option("--ssl-keyfile", help="PEM private key of --ssl-certfile.")] = None,
+    ssl_ca_certs: Annotated[Path | None, typer.Option("--ssl-ca-certs", help="PEM CA: HTTP clients must present a certificate it signed (mutual TLS).")] = None,
+    grpc_use_ssl: Annotated[str | None, typer.Option("--grpc-use-ssl", help="true | false: gRPC over TLS (Triton's flag).")] = None,
+    grpc_server_cert: Annotated[Path | None, typer.Option("--grpc-server-cert", help="PEM certificate of the gRPC port.")] = None,
+    grpc_server_key: Annotated[Path | None, typer.Option("--grpc-server-key", help="PEM private key of --grpc-server-cert.")] = None,
+    grpc_root_cert: Annotated[Path | None, typer.Option("--grpc-root-cert", help="PEM CA of gRPC client certificates.")] = None,
+    grpc_use_ssl_mutual: Annotated[str | None, typer.Option("--grpc-use-ssl-mutual", help="true | false: require gRPC client certificates.")] = None,
     settings_file: Annotated[Path | None, typer.Option("--settings", help="JSON settings file.")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error.")] = "info",
 ) -> None:
@@ -63,6 +85,17 @@ def serve(
             repository_poll_secs=repository_poll_secs,
             exit_timeout_s=exit_timeout_s,
             limits={"max_body_bytes": max_body_bytes, "request_timeout_s": request_timeout_s},
+            auth={
+                "management_key": _secret(management_key), "inference_key": _secret(inference_key), "key_file": key_file,
+                "disable_auth": disable_auth or None, "http_restricted_api": http_restricted_api or None,
+                "grpc_restricted_protocol": grpc_restricted_protocol or None,
+            },
+            tls={
+                "ssl_certfile": ssl_certfile, "ssl_keyfile": ssl_keyfile, "ssl_ca_certs": ssl_ca_certs,
+                "grpc_use_ssl": grpc_use_ssl, "grpc_server_cert": grpc_server_cert,
+                "grpc_server_key": grpc_server_key, "grpc_root_cert": grpc_root_cert,
+                "grpc_use_ssl_mutual": grpc_use_ssl_mutual,
+            },
         )
     except (ValidationError, ValueError) as exc:
         typer.echo(f"error: invalid settings: {exc}", err=True)
@@ -74,10 +107,16 @@ def serve(
 
     import uvloop
 
+    from servelab.frontends.auth import AuthSetupError
     from servelab.frontends.server import Server
 
     try:
-        uvloop.run(Server(settings).serve())
+        server = Server(settings)
+    except AuthSetupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    try:
+        uvloop.run(server.serve())
     except OSError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None

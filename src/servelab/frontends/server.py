@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.core.registry import ModelRegistry
+from servelab.frontends.auth import build_door, grpc_interceptors, grpc_server_credentials, http_ssl_options
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
 from servelab.metrics import ServerMetrics
 from servelab.repository import ModelRepository
@@ -64,7 +65,12 @@ class Server:
     """Every front-end of one servelab process. ``await Server(settings).serve()`` runs until signalled."""
 
     def __init__(self, settings: ServerSettings, metrics_registry: CollectorRegistry | None = None) -> None:
+        """Raises ``AuthSetupError`` (a ValueError) when keys or TLS cannot be set up as configured."""
         self.settings = settings
+        #: keys and restricted APIs, checked at every port's door (frontends/auth)
+        self.door = build_door(settings)
+        self._ssl_options = http_ssl_options(settings.tls)
+        self._grpc_credentials = grpc_server_credentials(settings.tls)
         #: S1 registers its collectors here; served on /metrics of the HTTP and metrics ports
         self.metrics_registry = metrics_registry if metrics_registry is not None else CollectorRegistry()
         self.registry = ModelRegistry(
@@ -125,6 +131,7 @@ class Server:
             log_config=None,
             timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_s)),
             timeout_keep_alive=30,
+            **self._ssl_options,
         )
         server = _Uvicorn(config)
         self._uvicorns.append(server)
@@ -133,9 +140,9 @@ class Server:
     def _start_http(self) -> list[asyncio.Task[None]]:
         s = self.settings
         apps = {
-            "http": create_app(self.dataplane, s, self.metrics_registry, self.torchserve_defaults),
-            "metrics": create_metrics_app(self.metrics_registry),
-            "management": create_management_app(self.dataplane, s, self.torchserve_defaults),
+            "http": create_app(self.dataplane, s, self.metrics_registry, self.torchserve_defaults, self.door),
+            "metrics": create_metrics_app(self.metrics_registry, self.door),
+            "management": create_management_app(self.dataplane, s, self.torchserve_defaults, self.door),
         }
         wanted = {"http": s.http_port, "metrics": s.metrics_port, "management": s.management_port}
         tasks: list[asyncio.Task[None]] = []
@@ -154,6 +161,8 @@ class Server:
         self._grpc = await module.start_grpc_server(
             self.dataplane, self.settings.host, self.settings.grpc_port,
             max_message_bytes=self.settings.limits.max_body_bytes,
+            interceptors=grpc_interceptors(self.door),
+            credentials=self._grpc_credentials,
         )
         self.ports["grpc"] = int(getattr(self._grpc, "servelab_bound_port", self.settings.grpc_port))
 

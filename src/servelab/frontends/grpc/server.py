@@ -7,6 +7,9 @@ stops it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import grpc
 import grpc.aio
 
 from servelab.core.dataplane import DataPlane
@@ -26,16 +29,21 @@ async def start_grpc_server(
     port: int,
     *,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> grpc.aio.Server:
     """Bind ``host:port`` (0 picks a free port), start serving and return the started server.
 
     The port actually bound is ``bound_port(server)`` (also the attribute ``server.servelab_bound_port``).
     Messages above ``max_message_bytes`` are refused by gRPC with RESOURCE_EXHAUSTED. Stop the server
     with ``await server.stop(grace_s)``. Raises OSError when the address cannot be bound.
+    ``interceptors`` run before every handler (servelab.frontends.auth's door); ``credentials`` (from
+    ``grpc.ssl_server_credentials``) serve TLS instead of plain text.
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive; got {max_message_bytes}")
     server = grpc.aio.server(
+        interceptors=list(interceptors) or None,
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -46,7 +54,10 @@ async def start_grpc_server(
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(dataplane), server)
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise OSError(f"gRPC server cannot bind {address}: {exc}") from None
     if bound == 0:

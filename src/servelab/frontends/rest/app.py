@@ -11,6 +11,7 @@ from starlette.routing import BaseRoute, Route
 
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
+from servelab.frontends.auth import Door, guard_routes
 from servelab.frontends.rest import oip, tfserving, torchserve, torchserve_management
 from servelab.frontends.rest.errors import install_error_handlers
 
@@ -30,8 +31,9 @@ def _app(
     settings: ServerSettings,
     defaults: dict[str, str] | None,
     torchserve_errors: bool = False,
+    door: Door | None = None,
 ) -> Starlette:
-    app = Starlette(routes=routes)
+    app = Starlette(routes=guard_routes(routes, door))
     app.state.dataplane = dataplane
     app.state.settings = settings
     app.state.torchserve_defaults = defaults if defaults is not None else {}
@@ -44,22 +46,28 @@ def create_app(
     settings: ServerSettings,
     metrics_registry: CollectorRegistry,
     torchserve_defaults: dict[str, str] | None = None,
+    door: Door | None = None,
 ) -> Starlette:
-    """The HTTP port. ``torchserve_defaults`` (model -> default version) is shared with the management app."""
+    """The HTTP port. ``torchserve_defaults`` (model -> default version) is shared with the management app;
+    ``door`` (keys, restricted APIs) guards the routes that need it."""
     for ext in oip.EXTENSIONS:
         if ext not in dataplane.extensions:
             dataplane.extensions.append(ext)
     routes = [*oip.routes(), *tfserving.routes(), *torchserve.routes(), _metrics_route(metrics_registry)]
-    return _app(routes, dataplane, settings, torchserve_defaults)
+    return _app(routes, dataplane, settings, torchserve_defaults, door=door)
 
 
 def create_management_app(
-    dataplane: DataPlane, settings: ServerSettings, torchserve_defaults: dict[str, str] | None = None
+    dataplane: DataPlane,
+    settings: ServerSettings,
+    torchserve_defaults: dict[str, str] | None = None,
+    door: Door | None = None,
 ) -> Starlette:
-    return _app(torchserve_management.routes(), dataplane, settings, torchserve_defaults, torchserve_errors=True)
+    routes = torchserve_management.routes()
+    return _app(routes, dataplane, settings, torchserve_defaults, torchserve_errors=True, door=door)
 
 
-def create_metrics_app(metrics_registry: CollectorRegistry) -> Starlette:
-    app = Starlette(routes=[_metrics_route(metrics_registry)])
+def create_metrics_app(metrics_registry: CollectorRegistry, door: Door | None = None) -> Starlette:
+    app = Starlette(routes=guard_routes([_metrics_route(metrics_registry)], door))
     install_error_handlers(app)
     return app
