@@ -44,6 +44,7 @@ def serve(
     exit_timeout_s: Annotated[float | None, typer.Option("--exit-timeout-secs", help="How long SIGTERM waits for in-flight requests.")] = None,
     max_body_bytes: Annotated[int | None, typer.Option("--max-body-bytes", help="Largest request body (413 above).")] = None,
     request_timeout_s: Annotated[float | None, typer.Option("--request-timeout-s", help="Server-side time limit per request.")] = None,
+    allow_custom_backends: Annotated[bool, typer.Option("--allow-custom-backends", help="Allow `backend: \"module:Class\"` in configs (imports that module).")] = False,
     settings_file: Annotated[Path | None, typer.Option("--settings", help="JSON settings file.")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error.")] = "info",
 ) -> None:
@@ -62,6 +63,7 @@ def serve(
             load_models=load_model or None,
             repository_poll_secs=repository_poll_secs,
             exit_timeout_s=exit_timeout_s,
+            allow_custom_backends=allow_custom_backends or None,
             limits={"max_body_bytes": max_body_bytes, "request_timeout_s": request_timeout_s},
         )
     except (ValidationError, ValueError) as exc:
