@@ -227,7 +227,7 @@ class ModelRegistry:
             full = exc
         else:
             full = InvalidArgument(f"model '{name}' failed to load: {type(exc).__name__}: {exc}")
-        log.warning("model %s failed to load: %s", name, full.message)
+        log.warning("model %s (%s) failed to load: %s", name, self.repository.location(name), full.message)
         return self.repository.client_error(name, full)
 
     def unload(self, name: str, *, _internal: bool = False) -> None:

@@ -111,6 +111,16 @@ class ModelRepository:
         message = redact(exc.message, self._redactions(name))
         return exc if message == exc.message else type(exc)(message)
 
+    def location(self, name: str) -> str:
+        """Where ``name`` is read from, for the server's log (never for clients)."""
+        folders = self.uploads.folders(name)
+        if folders:
+            return str(folders[-1])
+        try:
+            return str(self.model_dir(name).resolve())
+        except ServelabError:
+            return "not in the repository"
+
     def _redactions(self, name: str) -> dict[str, str]:
         prefixes = {given: "" for given in self._given}
         prefixes.update({str(root): "" for root in self.roots})
