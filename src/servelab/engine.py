@@ -31,6 +31,11 @@ class Engine:
     By default every model is loaded at start and ``load_model`` / ``unload_model`` work (Triton's
     ``--model-control-mode explicit --load-model '*'``). ``model_control_mode="poll"`` also picks up
     changes on disk every ``poll_secs``.
+
+    ``allow_custom_backends`` is on by default here, unlike ``servelab serve``: the embedding program
+    already runs its own Python, and configs reach an Engine only from that program, so a
+    ``backend: "module:Class"`` can import nothing the program could not import itself. Pass False
+    when an Engine loads configs that someone else wrote.
     """
 
     def __init__(
@@ -41,13 +46,15 @@ class Engine:
         load_models: list[str] | None = None,
         poll_secs: float = 15.0,
         scheduler_factory: SchedulerFactory | None = None,
+        allow_custom_backends: bool = True,
     ) -> None:
         roots = [Path(p) for p in repository] if isinstance(repository, list) else [Path(repository)]
         mode = ControlMode(model_control_mode)
         kwargs: dict[str, Any] = {}
         if scheduler_factory is not None:
             kwargs["scheduler_factory"] = scheduler_factory
-        registry = ModelRegistry(ModelRepository(roots), mode, poll_secs=poll_secs, **kwargs)
+        repo = ModelRepository(roots, allow_custom_backends=allow_custom_backends)
+        registry = ModelRegistry(repo, mode, poll_secs=poll_secs, **kwargs)
         self.dataplane = DataPlane(registry)
         self.dataplane.startup(load_models if load_models is not None else ["*"])
 

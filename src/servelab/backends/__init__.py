@@ -2,7 +2,8 @@
 
 ``config.pbtxt`` picks one with ``backend: "onnxruntime"`` or Triton's ``platform: "onnxruntime_onnx"``;
 a missing one is inferred from the model file in the version directory. ``backend`` may also be an
-import path ``package.module:Class`` for a backend shipped elsewhere.
+import path ``package.module:Class`` for a backend shipped elsewhere, when the operator allows custom
+backends (:func:`servelab.trust.check_custom_backend`): importing a module runs its code.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from servelab.backends.base import Backend, BackendContext
 from servelab.errors import InvalidArgument, Unsupported
+from servelab.trust import check_custom_backend
 
 __all__ = ["BACKENDS", "Backend", "BackendContext", "backend_class", "backend_for_files", "backend_for_platform"]
 
@@ -65,9 +67,13 @@ def backend_for_files(version_dir: Path) -> tuple[str, str] | None:
     return None
 
 
-def backend_class(name: str) -> type[Backend]:
-    """Import the backend called ``name``; a missing runtime names the pip extra to install."""
+def backend_class(name: str, *, allow_custom: bool = False) -> type[Backend]:
+    """Import the backend called ``name``; a missing runtime names the pip extra to install.
+
+    ``module:Class`` names are imported only with ``allow_custom`` (the operator's setting).
+    """
     if ":" in name:
+        check_custom_backend(name, allow_custom)
         target, extra = name, None
     elif name in BACKENDS:
         target, extra = BACKENDS[name]
@@ -79,7 +85,7 @@ def backend_class(name: str) -> type[Backend]:
     except ImportError as exc:
         hint = f"; install it with: pip install 'servelab[{extra}]'" if extra else ""
         raise Unsupported(f"backend {name!r} cannot be imported ({exc}){hint}") from exc
-    cls = getattr(module, attr)
+    cls = getattr(module, attr, None)
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise InvalidArgument(f"{target} is not a servelab Backend subclass")
     return cls

@@ -18,6 +18,7 @@ from typing import Any
 
 from servelab.errors import InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
+from servelab.trust import version_file
 from servelab.types import DataType
 
 __all__ = [
@@ -54,16 +55,24 @@ def to_config_dtype(dtype: DataType) -> int:
 
 
 def model_file(config: mc.ModelConfig, version_dir: Path, *defaults: str) -> Path:
-    """The model file: the config's ``default_model_filename``, else the first default that exists."""
+    """The model file: the config's ``default_model_filename``, else the first default that exists.
+
+    Either must stay inside the model's folder (:func:`servelab.trust.version_file`), checked before
+    the runtime opens it; messages name the file relative to the version folder, not the server path.
+    """
     if config.default_model_filename:
-        path = version_dir / config.default_model_filename
+        path = version_file(version_dir, config.default_model_filename, "default_model_filename")
         if not path.exists():
-            raise InvalidArgument(f"model file {path} (default_model_filename) does not exist")
+            raise InvalidArgument(
+                f"model file {version_dir.name}/{config.default_model_filename} (default_model_filename) "
+                "does not exist"
+            )
         return path
     for name in defaults:
-        if (version_dir / name).exists():
-            return version_dir / name
-    raise InvalidArgument(f"no model file in {version_dir}; expected one of {list(defaults)}")
+        path = version_file(version_dir, name, "model file")
+        if path.exists():
+            return path
+    raise InvalidArgument(f"no model file in version folder {version_dir.name}; expected one of {list(defaults)}")
 
 
 def int_param(config: mc.ModelConfig, key: str, default: int | None) -> int | None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from servelab.errors import InternalError, ServelabError
 from servelab.protocol import model_config_pb2 as mc
+from servelab.trust import version_file
 
 __all__ = ["Backend", "BackendContext", "InferFn", "Inputs", "Outputs", "concat_rows", "param", "split_rows"]
 
@@ -45,8 +46,9 @@ class BackendContext:
 
     @property
     def model_path(self) -> Path:
+        """The config's ``default_model_filename`` (checked to stay in the model's folder), else the version folder."""
         name = self.config.default_model_filename
-        return self.version_dir / name if name else self.version_dir
+        return version_file(self.version_dir, name, "default_model_filename") if name else self.version_dir
 
 
 def param(config: mc.ModelConfig, key: str, default: str | None = None) -> str | None:

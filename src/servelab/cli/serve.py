@@ -66,6 +66,7 @@ def serve(
     grpc_server_key: Annotated[Path | None, typer.Option("--grpc-server-key", help="PEM private key of --grpc-server-cert.")] = None,
     grpc_root_cert: Annotated[Path | None, typer.Option("--grpc-root-cert", help="PEM CA of gRPC client certificates.")] = None,
     grpc_use_ssl_mutual: Annotated[str | None, typer.Option("--grpc-use-ssl-mutual", help="true | false: require gRPC client certificates.")] = None,
+    allow_custom_backends: Annotated[bool, typer.Option("--allow-custom-backends", help="Allow `backend: \"module:Class\"` in configs (imports that module).")] = False,
     settings_file: Annotated[Path | None, typer.Option("--settings", help="JSON settings file.")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error.")] = "info",
 ) -> None:
@@ -84,6 +85,7 @@ def serve(
             load_models=load_model or None,
             repository_poll_secs=repository_poll_secs,
             exit_timeout_s=exit_timeout_s,
+            allow_custom_backends=allow_custom_backends or None,
             limits={"max_body_bytes": max_body_bytes, "request_timeout_s": request_timeout_s},
             auth={
                 "management_key": _secret(management_key), "inference_key": _secret(inference_key), "key_file": key_file,

@@ -183,6 +183,11 @@ class ServerSettings(BaseSettings):
     repository_poll_secs: float = Field(15.0, gt=0, description="Poll interval in poll mode.")
     exit_timeout_s: float = Field(30.0, ge=0, description="How long SIGTERM waits for in-flight requests.")
     strict_readiness: bool = Field(True, description="Ready only when every start-up model is READY.")
+    allow_custom_backends: bool = Field(
+        False,
+        description="Allow `backend: \"module:Class\"` in model configs, which imports that module (runs its "
+        "code); off by default, since a load request's config override could name any module.",
+    )
     limits: LimitSettings = Field(default_factory=LimitSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings, description="Keys and restricted API groups.")
     tls: TlsSettings = Field(default_factory=TlsSettings, description="TLS certificates for HTTP and gRPC.")

@@ -1,18 +1,17 @@
-"""Triton's classification extension: top-k classes of an output as BYTES "value:index[:label]"."""
+"""Triton's classification extension: top-k classes of an output as BYTES "value:index[:label]".
+
+The labels come with the loaded model version (read from ``label_filename`` inside the model's
+folder when the model loads, see :func:`servelab.repository.repository.read_labels`), so a reload
+reads them again and an unload drops them.
+"""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 
 from servelab.errors import InvalidArgument
 
-__all__ = ["classify", "read_labels"]
-
-
-def read_labels(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
+__all__ = ["classify"]
 
 
 def classify(array: np.ndarray, count: int, batched: bool, labels: list[str], name: str) -> np.ndarray:

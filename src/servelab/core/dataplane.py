@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from servelab.backends.base import Inputs, Outputs
-from servelab.core.classification import classify, read_labels
+from servelab.core.classification import classify
 from servelab.core.registry import LoadedVersion, ModelRegistry, ModelState
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable
 from servelab.protocol import model_config_pb2 as mc
@@ -50,7 +51,6 @@ class DataPlane:
         self.strict_readiness = strict_readiness
         self._started = False
         self._startup_models: list[str] = []
-        self._labels: dict[tuple[str, int, str], list[str]] = {}
         registry.infer_fn = self._internal_infer
 
     # ----- health and metadata -----
@@ -191,7 +191,7 @@ class DataPlane:
             if array is None:
                 raise Unavailable(f"model '{lv.name}' produced no output '{r.name}'")
             if r.class_count > 0:
-                labels = self._labels_for(lv, r.name)
+                labels = lv.labels.get(r.name, [])  # read at load: they go with this version
                 array = classify(array, r.class_count, lv.signature.batched, labels, r.name)
                 tensors.append(Tensor(r.name, DataType.BYTES, tuple(array.shape), array, dict(r.parameters)))
                 continue
@@ -199,17 +199,6 @@ class DataPlane:
             tensors.append(Tensor(r.name, datatype, tuple(array.shape), array, dict(r.parameters)))
         lv.stats.compute_output.add(time.perf_counter_ns() - t0, 0)
         return InferResponse(lv.name, str(lv.version), tensors, request.id)
-
-    def _labels_for(self, lv: LoadedVersion, output: str) -> list[str]:
-        key = (lv.name, lv.version, output)
-        labels = self._labels.get(key)
-        if labels is None:
-            spec = next((o for o in lv.config.output if o.name == output), None)
-            labels = []
-            if spec is not None and spec.label_filename:
-                labels = read_labels(self.registry.repository.model_dir(lv.name) / spec.label_filename)
-            self._labels[key] = labels
-        return labels
 
     # ----- statistics and repository -----
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
@@ -226,9 +215,13 @@ class DataPlane:
         rows = self.registry.index()
         return [r for r in rows if r["state"] == "READY"] if ready_only else rows
 
-    def load_model(self, name: str, config_json: str | None = None) -> None:
+    def load_model(
+        self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load or reload ``name``; ``config_json`` overrides config.pbtxt, ``files`` (the load request's
+        ``file:<path>`` contents) become its folder (Triton's repository extension)."""
         override = config_from_json(config_json, name) if config_json else None
-        self.registry.load(name, override)
+        self.registry.load(name, override, files=files)
 
     def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name``; with ``unload_dependents`` an ensemble's step models go too (Triton's extension)."""

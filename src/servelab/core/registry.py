@@ -10,11 +10,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from servelab.backends import backend_class
 from servelab.backends.base import Backend, BackendContext, InferFn
 from servelab.config.settings import ControlMode, default_threads
 from servelab.core.batching import make_scheduler
@@ -25,6 +24,7 @@ from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailabl
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import ModelRepository, ModelSource
 from servelab.repository.config import read_config
+from servelab.trust import check_model_name, check_version
 
 __all__ = ["LoadedVersion", "ModelRecord", "ModelRegistry", "ModelState", "SchedulerFactory"]
 
@@ -47,6 +47,8 @@ class LoadedVersion:
     instances: list[Backend]
     scheduler: Scheduler
     stats: ModelStats
+    #: output name -> labels (``label_filename``), read when this version loaded
+    labels: dict[str, list[str]] = field(default_factory=dict)
 
     def close(self, drain_timeout_s: float) -> None:
         if not self.scheduler.drain(drain_timeout_s):
@@ -108,6 +110,7 @@ class ModelRegistry:
     def get(self, name: str, version: str = "") -> LoadedVersion:
         record = self._records.get(name)
         if record is None:
+            check_model_name(name)  # only on a miss: a loaded name passed it already
             raise NotFound(f"unknown model '{name}'")
         versions = record.versions
         if not versions:
@@ -118,6 +121,7 @@ class ModelRegistry:
         try:
             return versions[int(version)]
         except (ValueError, KeyError):
+            check_version(version)
             raise NotFound(
                 f"model '{name}' has no version {version!r} loaded; loaded versions: {sorted(versions)}"
             ) from None
@@ -137,6 +141,7 @@ class ModelRegistry:
     def record(self, name: str) -> ModelRecord:
         record = self._records.get(name)
         if record is None:
+            check_model_name(name)
             raise NotFound(f"unknown model '{name}'")
         return record
 
@@ -177,35 +182,58 @@ class ModelRegistry:
         if self.mode is ControlMode.POLL:
             self.start_polling()
 
-    def load(self, name: str, override: mc.ModelConfig | None = None, *, _internal: bool = False) -> None:
-        """Load or reload ``name``. On failure the model is UNAVAILABLE (or keeps its old versions)."""
+    def load(
+        self,
+        name: str,
+        override: mc.ModelConfig | None = None,
+        *,
+        files: Mapping[str, bytes] | None = None,
+        _internal: bool = False,
+    ) -> None:
+        """Load or reload ``name``. On failure the model is UNAVAILABLE (or keeps its old versions).
+
+        ``files`` (a load request's ``file:`` contents) are the model's folder for this load. Errors
+        name no server path (the log line keeps it).
+        """
         if self.mode is ControlMode.NONE and not _internal:
             raise Unsupported("model control mode is 'none': start the server with --model-control-mode explicit")
-        self.repository.model_dir(name)  # NotFound before any record exists for an unknown name
+        self.repository.model_dir(name)  # bad names and unknown models fail before any record exists
         with self._lock:
             record = self._records.setdefault(name, ModelRecord(name))
             if not record.versions:
                 record.state, record.reason = ModelState.LOADING, ""
             try:
-                source = self.repository.read(name, override)
+                source = self.repository.read(name, override, files)
                 loaded = self._load_versions(source)
-            except ServelabError as exc:
-                self._failed(record, exc.message)
-                raise
             except Exception as exc:
-                self._failed(record, f"{type(exc).__name__}: {exc}")
-                raise InvalidArgument(f"model '{name}' failed to load: {exc}") from exc
+                error = self._load_error(name, exc)
+                self.repository.settle(name, None)
+                self._failed(record, error.message)
+                raise error from exc
+            for lv in loaded.values():
+                lv.labels = source.labels
             old = record.versions
             record.versions = loaded
             record.state, record.reason = ModelState.READY, ""
             record.fingerprint, record.backend, record.config = source.fingerprint, source.backend, source.config
+            self.repository.settle(name, source)  # an upload it served from before may go: files stay open
         for lv in old.values():
             lv.close(self.drain_timeout_s)
         log.info("model %s ready (versions %s, backend %s)", name, sorted(loaded), source.backend)
 
+    def _load_error(self, name: str, exc: Exception) -> ServelabError:
+        """What a client reads about a failed load: the server's folders replaced by model-relative names."""
+        if isinstance(exc, ServelabError):
+            full = exc
+        else:
+            full = InvalidArgument(f"model '{name}' failed to load: {type(exc).__name__}: {exc}")
+        log.warning("model %s (%s) failed to load: %s", name, self.repository.location(name), full.message)
+        return self.repository.client_error(name, full)
+
     def unload(self, name: str, *, _internal: bool = False) -> None:
         if self.mode is ControlMode.NONE and not _internal:
             raise Unsupported("model control mode is 'none': start the server with --model-control-mode explicit")
+        check_model_name(name)
         with self._lock:
             record = self._records.get(name)
             if record is None:
@@ -215,6 +243,7 @@ class ModelRegistry:
             old = record.versions
             record.state, record.reason = ModelState.UNLOADING, ""
             record.versions = {}
+            self.repository.release(name)  # uploaded files go; open ones stay readable until closed
         for lv in old.values():
             lv.close(self.drain_timeout_s)
         record.state, record.reason = ModelState.UNAVAILABLE, "unloaded"
@@ -287,7 +316,8 @@ class ModelRegistry:
         return sorted(names, key=is_ensemble)
 
     def _load_versions(self, source: ModelSource) -> dict[int, LoadedVersion]:
-        cls = backend_class(source.backend)
+        cls = source.backend_class
+        assert cls is not None, "ModelRepository.read resolves the backend class"
         loaded: dict[int, LoadedVersion] = {}
         try:
             for version, version_dir in source.versions.items():

@@ -74,7 +74,7 @@ class Server:
         #: S1 registers its collectors here; served on /metrics of the HTTP and metrics ports
         self.metrics_registry = metrics_registry if metrics_registry is not None else CollectorRegistry()
         self.registry = ModelRegistry(
-            ModelRepository(list(settings.model_repository)),
+            ModelRepository(list(settings.model_repository), allow_custom_backends=settings.allow_custom_backends),
             settings.model_control_mode,
             max_tensor_elements=settings.limits.max_tensor_elements,
             drain_timeout_s=settings.exit_timeout_s,

@@ -1,7 +1,9 @@
 """The ``graphsage_sampler`` backend: node ids in, a padded 2-hop block (x, nbr1, nbr2) out.
 
 Config parameters (``config.pbtxt`` ``parameters``):
-  graph_dir   store folder, absolute or relative to the model repository root (required)
+  graph_dir   store folder relative to the model repository root (required), e.g. ``_graphs/demo``;
+              it must stay inside the repository (:func:`servelab.trust.resolve_inside`): a store is
+              data several models share, so its boundary is the repository, not one model's folder
   fanouts     "hop1,hop2", default "10,10"
   sampler     "numba" (default) or "python" (the pure-Python reference, for baselines)
   seed        sampler seed, default "0"
@@ -22,7 +24,6 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from servelab.errors import InvalidArgument
 from servelab.graph import _overlay
 from servelab.graph.sampler import NumbaSampler, PythonSampler, gather_features
 from servelab.graph.store import GraphStore
+from servelab.trust import resolve_inside
 
 __all__ = ["GraphSamplerBackend", "StageTimes"]
 
@@ -78,11 +80,10 @@ class GraphSamplerBackend(Backend):
         if not graph_param:
             raise InvalidArgument(
                 f"model '{self.ctx.model_name}': parameter graph_dir is required "
-                "(a graph store folder, absolute or relative to the repository)"
+                "(a graph store folder relative to the repository, e.g. _graphs/demo)"
             )
-        graph_dir = Path(graph_param)
-        if not graph_dir.is_absolute():
-            graph_dir = self.ctx.version_dir.parent.parent / graph_dir
+        repository = self.ctx.version_dir.parent.parent
+        graph_dir = resolve_inside(repository, graph_param, "parameter graph_dir", within="the model repository")
         self.store = GraphStore.open(graph_dir)
         self._check_outputs()
         fanouts = _fanouts(param(self.config, "fanouts", "10,10") or "10,10")
@@ -111,7 +112,7 @@ class GraphSamplerBackend(Backend):
             if out.name == "x" and len(out.dims) == 2 and out.dims[1] not in (-1, self.store.num_features):
                 raise InvalidArgument(
                     f"model '{self.ctx.model_name}': output x has {out.dims[1]} columns in config.pbtxt "
-                    f"but the graph at {self.store.path} has {self.store.num_features} features"
+                    f"but its graph store has {self.store.num_features} features"
                 )
 
     def _node_ids(self, inputs: Inputs, num_total: int) -> np.ndarray:

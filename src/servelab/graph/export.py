@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -352,9 +354,27 @@ def _write_config(repository: Path, cfg: mc.ModelConfig) -> Path:
     return path
 
 
+#: where a graph store from outside the repository is linked to (the scanner skips '_' folders)
+GRAPHS_SUBDIR = "_graphs"
+
+
 def _graph_param(graph_dir: Path, repository: Path) -> str:
+    """``graph_dir`` relative to the repository: the server opens graph stores only inside it
+    (:mod:`servelab.trust`), so a store elsewhere is hard-linked (else copied) to ``_graphs/<name>``."""
     graph_dir, repository = graph_dir.resolve(), repository.resolve()
-    return str(graph_dir.relative_to(repository)) if graph_dir.is_relative_to(repository) else str(graph_dir)
+    if not graph_dir.is_relative_to(repository):
+        target = repository / GRAPHS_SUBDIR / graph_dir.name
+
+        def link(src: str, dst: str) -> None:
+            try:
+                os.link(src, dst)
+            except OSError:  # another file system: copy
+                shutil.copy2(src, dst)
+
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(graph_dir, target, copy_function=link)
+        graph_dir = target
+    return str(graph_dir.relative_to(repository))
 
 
 def export_repository(
@@ -365,7 +385,7 @@ def export_repository(
 
     The exported layers (and the fused model's dense graph) are checked against eager torch on random
     blocks before the configs are written; returns ``{"max_abs_diff": ...}`` (the worst of both).
-    ``graph_dir`` is stored relative to the repository when it lies inside it, else as an absolute path.
+    ``graph_dir`` is stored relative to the repository; a store outside it is linked into ``_graphs/``.
     """
     from servelab.graph.store import GraphStore
 
@@ -386,22 +406,18 @@ def export_repository(
     _write_config(
         repository, _layers_config(runtime, cfg.in_features, cfg.hidden, cfg.num_classes, cfg.fanouts)
     )
-    _write_config(
-        repository, _sampler_config(_graph_param(Path(graph_dir), repository), cfg.in_features, cfg.fanouts)
-    )
+    graph = _graph_param(Path(graph_dir), repository)  # once: it may link the store into the repository
+    _write_config(repository, _sampler_config(graph, cfg.in_features, cfg.fanouts))
     _write_config(repository, _ensemble_config(cfg.in_features, cfg.hidden, cfg.num_classes))
     if cfg.aggregator == "mean":
         from servelab.graph.dense import check_dense_parity, save_dense_onnx
 
         dense = save_dense_onnx(model, repository / FUSED_MODEL / "1" / "model.onnx")
         worst = max(worst, check_dense_parity(model, dense, atol=atol))
-        graph = _graph_param(Path(graph_dir), repository)
         _write_config(
             repository, _fused_config(runtime, graph, cfg.in_features, cfg.hidden, cfg.num_classes, cfg.fanouts)
         )
     elif (repository / FUSED_MODEL / "config.pbtxt").is_file():
         # a pooling model has no fused form: a sage_fused left by an earlier export would answer for the old one
-        import shutil
-
         shutil.rmtree(repository / FUSED_MODEL)
     return {"max_abs_diff": worst}

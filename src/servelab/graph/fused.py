@@ -36,6 +36,7 @@ from servelab.graph.backend import NEW_EDGES, NEW_FEATURES, GraphSamplerBackend
 from servelab.graph.dense import OUTPUT_NAMES
 from servelab.graph.export import openvino_model, ort_session
 from servelab.graph.sampler import NumbaSampler
+from servelab.trust import version_file
 
 __all__ = ["FusedSageBackend"]
 
@@ -77,12 +78,13 @@ class FusedSageBackend(GraphSamplerBackend):
         runtime = param(self.config, "runtime", "onnxruntime") or "onnxruntime"
         if runtime not in _RUNTIMES:
             raise InvalidArgument(f"parameter runtime must be one of {', '.join(_RUNTIMES)}, got {runtime!r}")
-        path = self.ctx.model_path
+        name = self.config.default_model_filename or "model.onnx"
+        path = version_file(self.ctx.version_dir, name, "default_model_filename")
         if path.is_dir():
-            path = path / "model.onnx"
+            path = version_file(self.ctx.version_dir, f"{name}/model.onnx", "default_model_filename")
         if not path.is_file():
             raise InvalidArgument(
-                f"model '{self.ctx.model_name}': no dense graph at {path} "
+                f"model '{self.ctx.model_name}': no dense graph at {self.ctx.version_dir.name}/{name} "
                 "(written by `servelab graph export`, see servelab.graph.dense)"
             )
         threads = int(param(self.config, "layers_threads", "1") or 1)

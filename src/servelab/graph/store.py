@@ -18,6 +18,7 @@ import numpy as np
 from servelab.errors import InvalidArgument, NotFound
 from servelab.graph._edge_files import read_edge_file
 from servelab.graph._store_build import BuildReport, Step, build_csr
+from servelab.trust import resolve_inside
 
 __all__ = ["SPLITS", "BuildReport", "GraphStore", "build_from_edge_file", "build_store"]
 
@@ -123,7 +124,7 @@ class GraphStore:
 def _load(root: Path, name: str | None) -> np.ndarray | None:
     if name is None:
         return None
-    p = root / name
+    p = resolve_inside(root, name, "graph store manifest 'files' entry", within="the graph store folder")
     if not p.is_file():
         raise NotFound(f"graph store {root} is incomplete: {name} is missing")
     return np.load(p, mmap_mode="r")

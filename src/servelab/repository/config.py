@@ -10,6 +10,7 @@ from google.protobuf import json_format, text_format
 
 from servelab.errors import InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
+from servelab.trust import resolve_inside
 
 __all__ = ["config_from_json", "config_to_dict", "config_to_text", "parse_config_text", "read_config"]
 
@@ -27,14 +28,15 @@ def parse_config_text(text: str, where: str) -> mc.ModelConfig:
 
 def read_config(model_dir: Path) -> tuple[mc.ModelConfig, bytes]:
     """The parsed config.pbtxt of a model folder (empty config when absent) and its raw bytes."""
-    path = model_dir / CONFIG_FILE
+    path = resolve_inside(model_dir, CONFIG_FILE, CONFIG_FILE)
     if not path.exists():
         return mc.ModelConfig(name=model_dir.name), b""
     raw = path.read_bytes()
-    config = parse_config_text(raw.decode("utf-8", errors="replace"), str(path))
+    where = f"{model_dir.name}/{CONFIG_FILE}"  # what a client may read: no server path
+    config = parse_config_text(raw.decode("utf-8", errors="replace"), where)
     if config.name and config.name != model_dir.name:
         raise InvalidArgument(
-            f"{path}: name {config.name!r} differs from its folder {model_dir.name!r}; rename one of them"
+            f"{where}: name {config.name!r} differs from its folder {model_dir.name!r}; rename one of them"
         )
     config.name = model_dir.name
     return config, raw

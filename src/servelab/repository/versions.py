@@ -6,15 +6,20 @@ from pathlib import Path
 
 from servelab.errors import InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
+from servelab.trust import resolve_inside
 
 __all__ = ["available_versions", "select_versions"]
 
 
 def available_versions(model_dir: Path) -> dict[int, Path]:
-    """Numeric sub-folders; as in Triton, a name starting with '0' (e.g. '0', '007') is ignored."""
+    """Numeric sub-folders; as in Triton, a name starting with '0' (e.g. '0', '007') is ignored.
+
+    A version folder that is a symlink leading out of the model's folder is refused.
+    """
     found: dict[int, Path] = {}
     for child in model_dir.iterdir():
-        if child.is_dir() and child.name.isdigit() and not child.name.startswith("0"):
+        if child.is_dir() and child.name.isascii() and child.name.isdigit() and not child.name.startswith("0"):
+            resolve_inside(model_dir, child.name, f"version folder {child.name}")
             found[int(child.name)] = child
     return dict(sorted(found.items()))
 

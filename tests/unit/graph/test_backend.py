@@ -129,7 +129,7 @@ def test_feature_width_mismatch_fails_load(graph_dir: Path) -> None:
     repo = graph_dir.parent.parent
     cfg = mc.ModelConfig(name="s", backend="graphsage_sampler")
     cfg.output.append(mc.ModelOutput(name="x", data_type=mc.TYPE_FP32, dims=[-1, F + 1]))
-    cfg.parameters["graph_dir"].string_value = str(graph_dir)  # absolute works too
+    cfg.parameters["graph_dir"].string_value = "graphs/small"  # relative to the repository (absolute is refused)
     backend = GraphSamplerBackend(BackendContext("s", 1, repo / "s" / "1", cfg))
     with pytest.raises(InvalidArgument, match=f"{F} features"):
         backend.load()

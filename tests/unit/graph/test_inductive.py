@@ -79,7 +79,7 @@ def _reference(model_dir: Path, graph: Path, ids: np.ndarray) -> np.ndarray:
 
 def _backend(graph: Path) -> GraphSamplerBackend:
     cfg = mc.ModelConfig(name="graphsage_sampler", backend="graphsage_sampler")
-    cfg.parameters["graph_dir"].string_value = str(graph)
+    cfg.parameters["graph_dir"].string_value = "."  # relative to the repository, which is the store folder here
     cfg.parameters["fanouts"].string_value = f"{FANOUTS[0]},{FANOUTS[1]}"
     backend = GraphSamplerBackend(BackendContext("graphsage_sampler", 1, graph / "m" / "1", cfg))
     backend.load()

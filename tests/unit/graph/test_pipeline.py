@@ -65,7 +65,9 @@ def test_repository_layout_and_configs(model_dir: Path, graph_dir: Path, tmp_pat
     assert (repo / "graphsage_layers" / "1" / "model.onnx").is_file()
     sampler = _config(repo / "graphsage_sampler" / "config.pbtxt")
     assert sampler.backend == "graphsage_sampler" and sampler.max_batch_size == 0
-    assert sampler.parameters["graph_dir"].string_value == str(graph_dir.resolve())
+    # a store outside the repository is linked into it: the server opens graph stores only inside
+    assert sampler.parameters["graph_dir"].string_value == f"_graphs/{graph_dir.name}"
+    assert (repo / "_graphs" / graph_dir.name / "manifest.json").is_file()
     assert sampler.parameters["fanouts"].string_value == "5,5"
     assert [(o.name, list(o.dims)) for o in sampler.output] == [
         ("x", [-1, F]),

@@ -24,6 +24,7 @@ from servelab.frontends.grpc.errors import describe, rpc
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 from servelab.protocol import health_pb2, health_pb2_grpc
+from servelab.repository import FILE_PREFIX
 
 __all__ = ["HealthServicer", "InferenceServicer"]
 
@@ -171,13 +172,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryModelLoadRequest, context: Context
     ) -> pb.RepositoryModelLoadResponse:
         params = _repository_parameters(request.parameters, request.model_name)
-        files = [k for k in params if k.startswith("file:")]
-        if files:
-            raise Unsupported(
-                f"load of '{request.model_name}': file overrides {files} are not supported; put the files in "
-                "the model repository and send only parameters['config']"
-            )
-        unknown = sorted(set(params) - set(_LOAD_PARAMETERS))
+        files = _load_files(params, request.model_name)
+        unknown = sorted(set(params) - set(_LOAD_PARAMETERS) - {FILE_PREFIX + k for k in files})
         if unknown:
             raise InvalidArgument(
                 f"load of '{request.model_name}': unknown parameters {unknown}; accepted: {list(_LOAD_PARAMETERS)}"
@@ -188,7 +184,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 f"load of '{request.model_name}': parameters['config'] must be a string_param holding "
                 "ModelConfig JSON"
             )
-        await asyncio.to_thread(self.dataplane.load_model, request.model_name, config or None)
+        await asyncio.to_thread(self.dataplane.load_model, request.model_name, config or None, files or None)
         return pb.RepositoryModelLoadResponse()
 
     @rpc
@@ -277,6 +273,18 @@ def _repository_parameters(params: Any, model: str) -> dict[str, Any]:
             raise InvalidArgument(f"model '{model}': repository parameter '{key}' has no value")
         out[key] = getattr(p, choice)
     return out
+
+
+def _load_files(params: dict[str, Any], model: str) -> dict[str, bytes]:
+    """The ``file:<path>`` parameters (bytes_param, as tritonclient sends them) as path -> content; the
+    paths are checked where the files are written (:mod:`servelab.repository.uploads`)."""
+    files: dict[str, bytes] = {}
+    for key, value in params.items():
+        if key.startswith(FILE_PREFIX):
+            if not isinstance(value, bytes):
+                raise InvalidArgument(f"load of '{model}': parameters[{key!r}] must be a bytes_param holding the file")
+            files[key.removeprefix(FILE_PREFIX)] = value
+    return files
 
 
 def _no_shared_memory(kind: str) -> Unsupported:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from time import perf_counter_ns
 from typing import Any
 
@@ -19,7 +21,7 @@ from servelab.frontends.rest._oip_codec import (
     raw_request,
     split_body,
 )
-from servelab.repository import config_to_dict
+from servelab.repository import FILE_PREFIX, config_to_dict
 
 __all__ = ["EXTENSIONS", "routes"]
 
@@ -114,16 +116,30 @@ def _load_parameters(body: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _load_files(params: dict[str, Any]) -> dict[str, bytes]:
+    """The ``file:<path>`` parameters (base64 text) as path -> content; the paths are checked where the
+    files are written (:mod:`servelab.repository.uploads`)."""
+    files: dict[str, bytes] = {}
+    for key, value in params.items():
+        if not key.startswith(FILE_PREFIX):
+            continue
+        if not isinstance(value, str):
+            raise InvalidArgument(f"model load: parameters[{key!r}] must be a string holding the file in base64")
+        try:
+            files[key.removeprefix(FILE_PREFIX)] = base64.b64decode(value, validate=True)
+        except binascii.Error:
+            raise InvalidArgument(f"model load: parameters[{key!r}] is not valid base64") from None
+    return files
+
+
 async def repository_load(request: Request) -> Response:
     name = request.path_params["model"]
     params = _load_parameters(await _optional_object(request, "model load request"))
-    files = [k for k in params if k.startswith("file:")]
-    if files:
-        raise InvalidArgument(f"model load: file overrides {files} are not supported; put the files in the repository")
     config = params.get("config")
     if config is not None and not isinstance(config, str):
         raise InvalidArgument("model load: parameters.config must be a string holding the ModelConfig as JSON")
-    await in_thread(dataplane(request).load_model, name, config)
+    files = await in_thread(_load_files, params)  # large bodies: decode off the event loop
+    await in_thread(dataplane(request).load_model, name, config, files or None)
     return Response(status_code=200)
 
 

@@ -1,6 +1,7 @@
 """TorchServe's management API (its own port): list, describe, register, scale, set-default, unregister.
 
-Models are registered from the model repository by name (``url`` is the folder name there); "workers"
+Models are registered from the model repository by name (``url`` is the folder name there, with or
+without ``.mar``; no URL is fetched, and ``model_name`` may only repeat that name); "workers"
 are instances: ``initial_workers`` / ``min_worker`` reload the model with that many instances.
 Errors are TorchServe's ``{"code": int, "type": str, "message": str}``.
 """
@@ -17,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 from servelab.errors import AlreadyExists, InvalidArgument, NotFound
 from servelab.frontends.rest._common import dataplane, in_thread, json_response
 from servelab.protocol import model_config_pb2 as mc
+from servelab.trust import check_model_name
 
 __all__ = ["routes"]
 
@@ -97,11 +99,29 @@ async def _reload_with_workers(request: Request, name: str, workers: int) -> Non
     await in_thread(dp.load_model, name, json_format.MessageToJson(config))
 
 
-async def register(request: Request) -> Response:
-    url = request.query_params.get("url")
+def _register_name(url: str | None, model_name: str | None) -> str:
+    """The repository folder that ``url`` names (``name`` or ``name.mar``); ``model_name`` must agree."""
     if not url:
         raise InvalidArgument("register: the 'url' query parameter must name a model in the repository")
-    name = request.query_params.get("model_name") or url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".mar")
+    folder = url.removesuffix(".mar")
+    if "/" in folder:
+        raise InvalidArgument(
+            f"register: url {url!r} is not a model name; servelab fetches no archives or URLs and registers "
+            "models of its repository by folder name (e.g. url=my_model or url=my_model.mar)"
+        )
+    check_model_name(folder, "register: url")
+    if model_name:
+        check_model_name(model_name, "register: model_name")
+        if model_name != folder:
+            raise InvalidArgument(
+                f"register: model_name {model_name!r} differs from the model folder {folder!r} that url names; "
+                "a model is served under its folder name"
+            )
+    return folder
+
+
+async def register(request: Request) -> Response:
+    name = _register_name(request.query_params.get("url"), request.query_params.get("model_name"))
     workers = _int_query(request, "initial_workers", 0)
     if name in _registered(request):
         raise AlreadyExists(f"Model {name} is already registered.")
