@@ -61,7 +61,7 @@ from graphsage_wire import (  # noqa: E402
     _torchserve_grpc_call,
 )
 
-from servelab.bench.peers._net import free_ports  # noqa: E402
+from servelab.bench.net import free_ports  # noqa: E402
 from servelab.bench.peers._venv import PeerEnv  # noqa: E402
 from servelab.graph.export import export_repository  # noqa: E402
 
