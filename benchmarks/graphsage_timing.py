@@ -41,6 +41,7 @@ class Row:
 
 def pipeline(sampler: NumbaSampler | PythonSampler, store: GraphStore, layers: LayersFn) -> PipelineFn:
     """Sample, gather, run the layers: one call, its three stage times in nanoseconds."""
+
     def call(ids: np.ndarray) -> tuple[int, int, int]:
         t0 = time.perf_counter_ns()
         block = sampler.sample(ids)

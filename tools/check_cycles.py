@@ -75,7 +75,7 @@ def _deps(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
             if from_module and all(f"{target}.{a.name}" in submodules for a in node.names):
                 continue  # ``from pkg import sub`` takes submodules only, not the package's own names
             resolved = _resolve(target, mods)
-            if resolved is None or resolved == name or resolved.startswith(name + "."):
+            if resolved is None or resolved == name:
                 continue
             if name.startswith(resolved + ".") and not from_module:
                 continue  # importing an ancestor package by name happens anyway, first

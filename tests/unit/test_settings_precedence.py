@@ -21,7 +21,11 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def settings_file(tmp_path: Path) -> Path:
     path = tmp_path / "settings.json"
-    data = {"http_port": 9100, "grpc_port": 9101, "limits": {"max_body_bytes": 1000, "request_timeout_s": 5.0}}
+    data = {
+        "http_port": 9100,
+        "grpc_port": 9101,
+        "limits": {"max_body_bytes": 1000, "request_timeout_s": 5.0},
+    }
     path.write_text(json.dumps(data))
     return path
 
@@ -36,11 +40,17 @@ def test_the_environment_overrides_the_file_field_by_field(
     assert (s.limits.max_body_bytes, s.limits.request_timeout_s) == (2000, 5.0)  # env, file
 
 
-def test_flags_override_the_environment_and_the_file(settings_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flags_override_the_environment_and_the_file(
+    settings_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SERVELAB_HTTP_PORT", "9200")
     monkeypatch.setenv("SERVELAB_LIMITS__MAX_BODY_BYTES", "2000")
     s = build_settings(
-        [], settings_file, http_port=9300, grpc_port=None, limits={"request_timeout_s": 7.0, "max_body_bytes": None}
+        [],
+        settings_file,
+        http_port=9300,
+        grpc_port=None,
+        limits={"request_timeout_s": 7.0, "max_body_bytes": None},
     )
     assert (s.http_port, s.grpc_port) == (9300, 9101)  # flag, file (a None flag is "not given")
     assert (s.limits.max_body_bytes, s.limits.request_timeout_s) == (2000, 7.0)  # env, flag

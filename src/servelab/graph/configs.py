@@ -129,7 +129,9 @@ def ensemble_config(features: int, hidden: int, classes: int) -> mc.ModelConfig:
 def fused_config(runtime: str, graph_dir: str, features: int, hidden: int, classes: int,
                   fanouts: tuple[int, int]) -> mc.ModelConfig:  # fmt: skip
     """``sage_fused``: the ``graphsage`` backend over the dense graph, same inputs and outputs as ``sage``."""
-    cfg = mc.ModelConfig(name=FUSED_MODEL, backend="graphsage", max_batch_size=0, default_model_filename="model.onnx")
+    cfg = mc.ModelConfig(
+        name=FUSED_MODEL, backend="graphsage", max_batch_size=0, default_model_filename="model.onnx"
+    )
     cfg.input.extend(_graph_inputs(features))
     cfg.output.extend(_sage_outputs(hidden, classes))
     cfg.parameters["graph_dir"].string_value = graph_dir

@@ -52,7 +52,11 @@ def openvino_model(path: Path, threads: int) -> object:
     """An OpenVINO CPU compiled model: ``threads`` threads, float32, latency hint."""
     import openvino as ov
 
-    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    config = {
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": "f32",
+        "PERFORMANCE_HINT": "LATENCY",
+    }
     return ov.Core().compile_model(str(path), "CPU", config)
 
 

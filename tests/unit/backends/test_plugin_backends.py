@@ -15,7 +15,7 @@ import pytest
 from servelab.backends import BACKENDS, PLUGIN_GROUP, backend_class, plugin_backends
 from servelab.errors import Unsupported
 
-_MODULE = '''
+_MODULE = """
 from servelab.backends.base import Backend
 
 
@@ -27,7 +27,7 @@ class EchoBackend(Backend):
 
     def infer(self, inputs):
         return dict(inputs)
-'''
+"""
 
 
 @pytest.fixture
@@ -67,10 +67,14 @@ def test_a_third_party_plug_in_is_found_by_name(site: Path) -> None:
 
 
 def test_a_plug_in_that_cannot_import_names_its_extra(site: Path) -> None:
-    with pytest.raises(Unsupported, match=r"backend 'broken' cannot be imported .*pip install 'echo-plugin\[fast\]'"):
+    with pytest.raises(
+        Unsupported, match=r"backend 'broken' cannot be imported .*pip install 'echo-plugin\[fast\]'"
+    ):
         backend_class("broken")
 
 
 def test_an_unknown_name_lists_core_and_plug_in_backends(site: Path) -> None:
-    with pytest.raises(Unsupported, match=r"unknown backend 'nope'; expected one of \[.*'echo'.*'graphsage'.*'onnxruntime'"):
+    with pytest.raises(
+        Unsupported, match=r"unknown backend 'nope'; expected one of \[.*'echo'.*'graphsage'.*'onnxruntime'"
+    ):
         backend_class("nope")

@@ -1,10 +1,13 @@
-"""A server imports only what its models run: ONNX models and the fused GraphSAGE model never load torch.
+"""What a server needs: only what its models run, and nothing beyond ``pip install servelab``.
 
-Each server runs as ``servelab serve`` on 127.0.0.1 with a ``sitecustomize`` on its PYTHONPATH that
-records, per process, every first import of a watched top-level package (an import finder that looks,
-writes one line and lets the import go on). onnxruntime must show up in the record of every server,
-which proves the recorder ran inside it; torch must not, and neither may what only the bench extra
-brings. ``sage_fused`` comes from a tiny graph through ``servelab graph export``.
+Imports: each server runs as ``servelab serve`` on 127.0.0.1 with a ``sitecustomize`` on its PYTHONPATH
+that records, per process, every first import of a watched top-level package (an import finder that
+looks, writes one line and lets the import go on). onnxruntime must show up in the record of every
+server, which proves the recorder ran inside it; torch must not, and neither may what only the bench
+extra brings. ``sage_fused`` comes from a tiny graph through ``servelab graph export``.
+
+Install: a fresh virtualenv gets ``pip install .`` (no extras; the package index and pip's cache as
+configured), serves the example ONNX models, and its ``servelab bench`` names the extra to install.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from conftest import ServerProcess, running_server
 from servelab.graph.synth import synth_graph
 from servelab.graph.train import TrainConfig, train_to_dir
 
+ROOT = Path(__file__).resolve().parents[2]
 NODES, FEATURES, CLASSES = 300, 8, 4
 WATCHED = ("torch", "numba", "onnxruntime", "openvino", "tensorflow", "aiohttp", "psutil", "matplotlib")
 _RECORDER = f"""
@@ -99,7 +103,10 @@ def _infer(server: ServerProcess, model: str, inputs: list[dict[str, object]]) -
 
 def _infer_simple(server: ServerProcess) -> None:
     a, b = list(range(16)), [2] * 16
-    tensors = [{"name": n, "datatype": "INT32", "shape": [1, 16], "data": d} for n, d in (("INPUT0", a), ("INPUT1", b))]
+    tensors = [
+        {"name": n, "datatype": "INT32", "shape": [1, 16], "data": d}
+        for n, d in (("INPUT0", a), ("INPUT1", b))
+    ]
     out = _infer(server, "simple", tensors)
     np.testing.assert_array_equal(out["OUTPUT0"], np.add([a], [b]))
 
@@ -136,3 +143,49 @@ def test_sage_fused_and_simple_are_served_without_torch(
     assert {"onnxruntime", "numba"} <= seen, f"the recorder did not see the runtimes the models use: {seen}"
     assert "torch" not in seen, "serving sage_fused / sage imported torch"
     assert seen == {"onnxruntime", "numba"}, f"the server imported {sorted(seen - {'onnxruntime', 'numba'})}"
+
+
+@pytest.fixture(scope="module")
+def core_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interpreter of a fresh venv holding ``pip install .`` (a copy of this checkout, no extras)."""
+    root = tmp_path_factory.mktemp("core-install")
+    source = root / "source"
+    skip = shutil.ignore_patterns("_generated", "__pycache__", "*.egg-info")
+    shutil.copytree(ROOT / "src", source / "src", ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of this checkout's venv
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, env=env, timeout=300)
+    python = root / "venv" / "bin" / "python"
+    cmd = [str(python), "-m", "pip", "install", "-q", str(source)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return python
+
+
+@pytest.mark.slow
+def test_pip_install_without_extras_serves_the_example_onnx_models(
+    core_python: Path, test_repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = f"import importlib.util as u; print(*[m for m in {WATCHED!r} if u.find_spec(m)])"
+    found = subprocess.run([str(core_python), "-c", probe], capture_output=True, text=True, timeout=60)
+    assert found.stdout.split() == ["onnxruntime"], (
+        f"pip install . brought more than the server: {found.stdout}"
+    )
+    repo = tmp_path / "models"
+    for name in ("simple", "mlp_onnx"):
+        shutil.copytree(test_repository / name, repo / name)
+    bench = [str(core_python.parent / "servelab"), "bench", "simple", "--url", "http://127.0.0.1:9"]
+    with monkeypatch.context() as m:
+        # the shared harness starts ``sys.executable -m servelab.cli serve``: here the fresh venv's
+        m.setattr(sys, "executable", str(core_python))
+        m.delenv("PYTHONPATH", raising=False)
+        m.chdir(tmp_path)
+        with running_server(repo, tmp_path, "core") as server:
+            _infer_simple(server)
+            x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)
+            tensor = {"name": "INPUT", "datatype": "FP32", "shape": [2, 16], "data": x.ravel().tolist()}
+            assert _infer(server, "mlp_onnx", [tensor])["OUTPUT"].shape == (2, 8)
+            hint = subprocess.run(bench, capture_output=True, text=True, timeout=120)
+    assert hint.returncode == 2, hint.stdout + hint.stderr
+    assert "pip install 'servelab[bench]'" in hint.stderr and "Traceback" not in hint.stderr, hint.stderr
