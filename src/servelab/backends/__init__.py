@@ -110,7 +110,10 @@ def backend_class(name: str) -> type[Backend]:
         target, needs = plugin_backends()[name]
     else:
         known = sorted({*BACKENDS, *plugin_backends()})
-        raise Unsupported(f"unknown backend {name!r}; expected one of {known} or 'module:Class'")
+        raise Unsupported(
+            f"unknown backend {name!r}; expected one of {known} or 'module:Class' (plug-in backends are "
+            f"the {PLUGIN_GROUP!r} entry points of installed packages)"
+        )
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
