@@ -2,7 +2,7 @@
 
 ``servelab serve`` runs on the core dependencies alone; ``servelab bench`` and ``compare`` are the
 measuring instrument and need the ``bench`` extra. The modules each extra must make importable are
-listed here (tests/unit/cli/test_extras.py keeps them in step with pyproject.toml).
+listed here (tests/unit/test_extras.py keeps them in step with pyproject.toml).
 """
 
 from __future__ import annotations
