@@ -9,14 +9,14 @@ REPO   := examples/repository
 
 help:
 	@echo "make demo   - set up, build the example repository, serve it and compare runtimes"
-	@echo "make test   - set up and run the whole test suite"
-	@echo "make lint   - ruff, mypy and the import-layer check"
+	@echo "make test   - set up, lint, and run the whole test suite"
+	@echo "make lint   - ruff, mypy, the import-layer check and the import-cycle check"
 	@echo "make bench  - run the benchmarks (tables printed, JSON in benchmarks/results/)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[bench,dev]"  # the server, the measuring instrument and the test tools
 	$(PY) -c "import servelab.protocol"  # generates the gRPC/protobuf code from the bundled .proto files
 	touch $(STAMP)
 
@@ -36,16 +36,17 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
 	  echo "chromium not installed: the HTML report test will skip"
 
-test: $(STAMP) browser
+test: $(STAMP) browser lint
 	$(PY) -m pytest -q tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x tests/unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples tools
 	$(VENV)/bin/mypy src/servelab
 	$(VENV)/bin/lint-imports
+	$(PY) tools/check_cycles.py
 
 bench: $(STAMP) $(REPO)/.built
 	$(PY) benchmarks/engine_overhead.py

@@ -29,7 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from servelab.bench.peers._net import free_ports
+from servelab.bench.net import free_ports
+from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
+
+disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
 
 RESULTS = Path(__file__).resolve().parent / "results" / "batching.json"
 SHAPES = {"deep": (128,) * 501, "wide": (512, 2048, 2048, 512)}

@@ -22,67 +22,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 from graphsage_e2e import BASELINE_E2E, E2ERow, Load, run_e2e
+from graphsage_timing import PipelineFn, Row, measure, pipeline
 from rich.console import Console
 from rich.table import Table
 
-from servelab.graph.export import LayersFn, eager_runner, export_artifact, load_runner
+from servelab.graph.export import export_artifact
 from servelab.graph.model import SageConfig, SageLayers, load_model, save_model
-from servelab.graph.sampler import NumbaSampler, PythonSampler, gather_features
+from servelab.graph.sampler import NumbaSampler, PythonSampler
+from servelab.graph.sessions import LayersFn, eager_runner, load_runner
 from servelab.graph.store import GraphStore
 from servelab.graph.synth import synth_graph
 
 RESULTS = Path(__file__).parent / "results" / "graphsage.json"
 BASELINE = "python + torch eager (baseline)"
 FUSED = "numba fused + onnxruntime"
-#: one call: node ids -> (sample_ns, gather_ns, layers_ns)
-PipelineFn = Callable[[np.ndarray], tuple[int, int, int]]
-
-
-@dataclass
-class Row:
-    config: str
-    batch: int
-    calls: int
-    p50_us: float
-    p99_us: float
-    mean_us: float
-    nodes_per_s: float
-    sample_share: float
-    gather_share: float
-    layers_share: float
-    speedup_p50: float = math.nan
-    throughput_ratio: float = math.nan
-
-
-def _pipeline(sampler: NumbaSampler | PythonSampler, store: GraphStore, layers: LayersFn) -> PipelineFn:
-    def call(ids: np.ndarray) -> tuple[int, int, int]:
-        t0 = time.perf_counter_ns()
-        block = sampler.sample(ids)
-        t1 = time.perf_counter_ns()
-        x = gather_features(store, block.nodes)
-        t2 = time.perf_counter_ns()
-        layers(x, block.nbr1, block.nbr2)
-        return t1 - t0, t2 - t1, time.perf_counter_ns() - t2
-
-    return call
-
-
 def _fused_pipeline(sampler: NumbaSampler, store: GraphStore, model: SageLayers, path: Path, threads: int) -> PipelineFn:
     from servelab.graph._fused_kernels import dense_inputs
     from servelab.graph.dense import save_dense_onnx
-    from servelab.graph.export import ort_session
+    from servelab.graph.sessions import ort_session
 
     session = ort_session(save_dense_onnx(model, path), threads)
 
@@ -96,37 +63,6 @@ def _fused_pipeline(sampler: NumbaSampler, store: GraphStore, model: SageLayers,
         return t1 - t0, t2 - t1, time.perf_counter_ns() - t2
 
     return call
-
-
-def _measure(
-    name: str, fn: PipelineFn, queries: np.ndarray, batch: int, min_calls: int, budget_s: float
-) -> Row:
-    calls = max(len(queries) // batch, min_calls)
-    order = np.resize(queries, calls * batch).reshape(calls, batch)
-    for ids in order[: min(20, calls)]:  # warm-up: compile, allocate, fill caches
-        fn(ids)
-    stages = np.zeros((calls, 3), np.int64)
-    deadline = time.perf_counter() + budget_s
-    done = 0
-    for done, ids in enumerate(order, start=1):
-        stages[done - 1] = fn(ids)
-        if time.perf_counter() > deadline:
-            break
-    stages = stages[:done]
-    total = stages.sum(axis=1) / 1e3  # us
-    share = stages.sum(axis=0) / max(int(stages.sum()), 1)
-    return Row(
-        config=name,
-        batch=batch,
-        calls=done,
-        p50_us=float(np.percentile(total, 50)),
-        p99_us=float(np.percentile(total, 99)),
-        mean_us=float(total.mean()),
-        nodes_per_s=float(batch * done / (total.sum() / 1e6)),
-        sample_share=float(share[0]),
-        gather_share=float(share[1]),
-        layers_share=float(share[2]),
-    )
 
 
 def _graph(nodes: int, graph_dir: Path | None, seed: int, console: Console) -> GraphStore:
@@ -170,15 +106,15 @@ def run_in_process(args: argparse.Namespace, console: Console) -> list[Row]:
     numba.warmup()
     with tempfile.TemporaryDirectory() as tmp:
         pipelines = {
-            name: _pipeline(numba, store, fn)
+            name: pipeline(numba, store, fn)
             for name, fn in _layer_runners(model, Path(tmp), args.threads).items()
         }
         if model.config.aggregator == "mean":
             fused = _fused_pipeline(numba, store, model, Path(tmp) / "dense.onnx", args.threads)
             pipelines[FUSED] = fused
-        pipelines[BASELINE] = _pipeline(PythonSampler(store, fanouts, args.seed), store, eager_runner(model))
+        pipelines[BASELINE] = pipeline(PythonSampler(store, fanouts, args.seed), store, eager_runner(model))
         rows = [
-            _measure(name, fn, queries, batch, args.min_calls, args.budget_s)
+            measure(name, fn, queries, batch, args.min_calls, args.budget_s)
             for batch in args.batch
             for name, fn in pipelines.items()
         ]

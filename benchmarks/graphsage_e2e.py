@@ -61,7 +61,7 @@ from graphsage_wire import (  # noqa: E402
     _torchserve_grpc_call,
 )
 
-from servelab.bench.peers._net import free_ports  # noqa: E402
+from servelab.bench.net import free_ports  # noqa: E402
 from servelab.bench.peers._venv import PeerEnv  # noqa: E402
 from servelab.graph.export import export_repository  # noqa: E402
 
@@ -290,23 +290,23 @@ def _in_process(
     model_dir: Path, graph_dir: Path, repo: Path, queries: np.ndarray, calls: int, budget_s: float
 ) -> list[InProcRow]:
     """servelab's Engine on the exported ``sage`` ensemble against the TorchServe-style function."""
-    import graphsage  # the in-process harness (benchmarks/graphsage.py): same timing loop as its rows
+    import graphsage_timing  # the timing loop of benchmarks/graphsage.py's rows
     import torch
 
     from servelab import Engine
-    from servelab.graph.export import eager_runner
     from servelab.graph.model import load_model
     from servelab.graph.sampler import PythonSampler
+    from servelab.graph.sessions import eager_runner
     from servelab.graph.store import GraphStore
 
     torch.set_num_threads(1)  # the baseline's layers: one thread, as in graphsage.py's default
     model, _ = load_model(model_dir)
     store = GraphStore.open(graph_dir)
-    baseline = graphsage._pipeline(PythonSampler(store, model.config.fanouts, 0), store, eager_runner(model))
+    baseline = graphsage_timing.pipeline(PythonSampler(store, model.config.fanouts, 0), store, eager_runner(model))
     rows = []
 
     def measure(name: str, fn: Callable[[np.ndarray], tuple[int, int, int]]) -> None:
-        b1, b32 = (graphsage._measure(name, fn, queries, b, calls, budget_s) for b in (1, 32))
+        b1, b32 = (graphsage_timing.measure(name, fn, queries, b, calls, budget_s) for b in (1, 32))
         row = InProcRow(name, b1.p50_us / 1e3, b1.p99_us / 1e3, b32.p50_us / 1e3, b32.p99_us / 1e3,
                         b32.nodes_per_s, b1.calls + b32.calls)  # fmt: skip
         rows.append(row)
@@ -451,5 +451,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.modules.setdefault("graphsage_e2e", sys.modules[__name__])  # graphsage.py imports this module
     main()

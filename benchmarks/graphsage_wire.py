@@ -31,8 +31,7 @@ import grpc.aio  # noqa: E402
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
-from servelab.bench.peers._net import http_status  # noqa: E402
-from servelab.bench.peers.base import wait_until  # noqa: E402
+from servelab.bench.net import http_status, wait_until  # noqa: E402
 from servelab.protocol import grpc_service_pb2, grpc_service_pb2_grpc  # noqa: E402
 
 HOST = "127.0.0.1"

@@ -21,6 +21,9 @@ from rich.table import Table
 
 from servelab.bench import LoadSpec, TargetSpec, measure_level
 from servelab.bench.nullserver import NullServer
+from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
+
+disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
 
 RESULTS = Path(__file__).parent / "results" / "loadgen_ceiling.json"
 

@@ -40,8 +40,7 @@ import grpc.aio  # noqa: E402
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
-from servelab.bench.peers._net import free_ports, http_status  # noqa: E402
-from servelab.bench.peers.base import wait_until  # noqa: E402
+from servelab.bench.net import free_ports, http_status, wait_until  # noqa: E402
 from servelab.protocol import grpc_service_pb2 as pb  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

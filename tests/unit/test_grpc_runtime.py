@@ -43,8 +43,25 @@ def test_switches_merge_ours_and_leave_the_users(inherited: str | None, want: li
     assert _probe(inherited) == want
 
 
-def test_the_cli_sets_them_before_grpc_loads() -> None:
-    code = "import os, servelab.cli, grpc; print(os.environ.get('GRPC_EXPERIMENTS'))"
+_MAIN = """
+import json, os, sys
+import servelab.bench, servelab.bench.net, servelab.cli
+imported = [os.environ.get("GRPC_EXPERIMENTS"), "grpc" in sys.modules]
+sys.argv = ["servelab", "--help"]
+try:
+    servelab.cli.main()
+except SystemExit:
+    pass
+print(json.dumps(imported + [os.environ.get("GRPC_EXPERIMENTS")]))
+"""
+
+
+def test_importing_changes_nothing_and_the_cli_main_sets_them() -> None:
+    """``import servelab.bench`` / ``servelab.cli`` leave the process alone (and load no grpc, so that
+    the program that owns the process can still choose); the ``servelab`` command's main sets them."""
     env = {k: v for k, v in os.environ.items() if k != "GRPC_EXPERIMENTS"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "-event_engine_client,-event_engine_listener", out.stderr
+    out = subprocess.run([sys.executable, "-c", _MAIN], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+        None, False, "-event_engine_client,-event_engine_listener"
+    ]

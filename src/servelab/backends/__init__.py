@@ -4,20 +4,38 @@
 a missing one is inferred from the model file in the version directory. ``backend`` may also be an
 import path ``package.module:Class`` for a backend shipped elsewhere, when the operator allows custom
 backends (:func:`servelab.trust.check_custom_backend`): importing a module runs its code.
+
+:data:`BACKENDS` holds the backends of the server itself. Other packages add theirs as entry points of
+the ``servelab.backends`` group (``name = "package.module:Class [extra]"`` in their packaging metadata),
+read once, when a name is not a core one; servelab's own GraphSAGE backends (``graphsage``,
+``graphsage_sampler``) come in that way too, so the server's code never names ``servelab.graph``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from servelab.backends.base import Backend, BackendContext
 from servelab.errors import InvalidArgument, Unsupported
 from servelab.trust import check_custom_backend
 
-__all__ = ["BACKENDS", "Backend", "BackendContext", "backend_class", "backend_for_files", "backend_for_platform"]
+__all__ = [
+    "BACKENDS",
+    "PLUGIN_GROUP",
+    "Backend",
+    "BackendContext",
+    "backend_class",
+    "backend_for_files",
+    "backend_for_platform",
+    "plugin_backends",
+]
 
-#: name -> (import path, pip extra that provides the runtime or None)
+#: entry-point group of plug-in backends
+PLUGIN_GROUP = "servelab.backends"
+#: core backends: name -> (import path, pip extra of servelab that provides the runtime or None)
 BACKENDS: dict[str, tuple[str, str | None]] = {
     "onnxruntime": ("servelab.backends.onnxruntime:OnnxRuntimeBackend", None),
     "pytorch": ("servelab.backends.torch:TorchBackend", "torch"),
@@ -26,8 +44,6 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "ensemble": ("servelab.backends.ensemble:EnsembleBackend", None),
     "tensorrt": ("servelab.backends.tensorrt:TensorRTBackend", "tensorrt"),
     "tensorflow": ("servelab.backends.tensorflow:TensorFlowBackend", "tensorflow"),
-    "graphsage_sampler": ("servelab.graph.backend:GraphSamplerBackend", "graph"),
-    "graphsage": ("servelab.graph.fused:FusedSageBackend", "graph"),
 }
 
 _PLATFORMS = {
@@ -67,6 +83,24 @@ def backend_for_files(version_dir: Path) -> tuple[str, str] | None:
     return None
 
 
+@functools.cache
+def plugin_backends() -> dict[str, tuple[str, str | None]]:
+    """Plug-in backends: name -> (import path, pip requirement that brings what it needs, or None).
+
+    Read from the installed distributions' ``servelab.backends`` entry points, once per process; a
+    name that is also a core backend stays the core one. The requirement is the entry point's
+    distribution with the extras the entry point names (``servelab[graph]``).
+    """
+    found: dict[str, tuple[str, str | None]] = {}
+    for ep in entry_points(group=PLUGIN_GROUP):
+        if ep.name in BACKENDS or ep.name in found:
+            continue
+        dist = ep.dist.name if ep.dist is not None else None
+        needs = f"{dist}[{','.join(ep.extras)}]" if dist and ep.extras else None
+        found[ep.name] = (f"{ep.module}:{ep.attr}", needs)
+    return found
+
+
 def backend_class(name: str, *, allow_custom: bool = False) -> type[Backend]:
     """Import the backend called ``name``; a missing runtime names the pip extra to install.
 
@@ -74,16 +108,23 @@ def backend_class(name: str, *, allow_custom: bool = False) -> type[Backend]:
     """
     if ":" in name:
         check_custom_backend(name, allow_custom)
-        target, extra = name, None
+        target, needs = name, None
     elif name in BACKENDS:
         target, extra = BACKENDS[name]
+        needs = f"servelab[{extra}]" if extra else None
+    elif name in plugin_backends():
+        target, needs = plugin_backends()[name]
     else:
-        raise Unsupported(f"unknown backend {name!r}; expected one of {sorted(BACKENDS)} or 'module:Class'")
+        known = sorted({*BACKENDS, *plugin_backends()})
+        raise Unsupported(
+            f"unknown backend {name!r}; expected one of {known} or 'module:Class' (plug-in backends are "
+            f"the {PLUGIN_GROUP!r} entry points of installed packages)"
+        )
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f"; install it with: pip install 'servelab[{extra}]'" if extra else ""
+        hint = f"; install it with: pip install '{needs}'" if needs else ""
         raise Unsupported(f"backend {name!r} cannot be imported ({exc}){hint}") from exc
     cls = getattr(module, attr, None)
     if not (isinstance(cls, type) and issubclass(cls, Backend)):

@@ -10,7 +10,7 @@ import grpc
 import grpc.aio
 
 from servelab.bench import _encode
-from servelab.bench.clients import Client, RequestFailed
+from servelab.bench.client_base import Client, RequestFailed
 from servelab.bench.inputs import Request
 from servelab.protocol import grpc_service_pb2
 

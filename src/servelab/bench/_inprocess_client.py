@@ -9,7 +9,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from servelab.bench.clients import Client, RequestFailed
+from servelab.bench.client_base import Client, RequestFailed
 from servelab.bench.inputs import Request, TensorMeta
 from servelab.errors import InvalidArgument, Unsupported
 

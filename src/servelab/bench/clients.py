@@ -1,59 +1,19 @@
-"""Request senders, one per target kind. Bodies are encoded once in ``prepare``; ``send`` only ships
-bytes and raises ``RequestFailed`` with a short error kind (``http_503``, ``grpc_UNAVAILABLE``,
-``timeout``, ``connection``) that the statistics count.
+"""Request senders, one per target kind: the HTTP ones here, gRPC and in-process in their own modules
+(all on :class:`~servelab.bench.client_base.Client`), and :func:`make_client` to pick one.
 """
 
 from __future__ import annotations
-
-from abc import ABC, abstractmethod
 
 import aiohttp
 import orjson
 
 from servelab.bench import _encode
+from servelab.bench.client_base import Client, RequestFailed
 from servelab.bench.inputs import Request
 from servelab.bench.specs import TargetSpec
 from servelab.errors import InvalidArgument
 
 __all__ = ["Client", "OipHttpClient", "RequestFailed", "TfServingClient", "TorchServeClient", "make_client"]
-
-
-class RequestFailed(Exception):
-    """One request failed; ``kind`` is the error bucket it is counted in."""
-
-    def __init__(self, kind: str, detail: str = "") -> None:
-        super().__init__(f"{kind}: {detail}" if detail else kind)
-        self.kind = kind
-
-
-class Client(ABC):
-    """Sends pre-encoded requests to one model on one target."""
-
-    def __init__(self, target: TargetSpec, model: str, max_inflight: int) -> None:
-        self.target = target
-        self.model = model
-        self.max_inflight = max_inflight
-
-    @abstractmethod
-    def prepare(self, requests: list[Request]) -> None:
-        """Encode the requests to cycle through (called once, before ``start``)."""
-
-    @abstractmethod
-    async def start(self) -> None:
-        """Open connections / sessions inside the running event loop."""
-
-    @abstractmethod
-    async def send(self, index: int) -> None:
-        """Send prepared request ``index`` and wait for its full response."""
-
-    @abstractmethod
-    async def close(self) -> None:
-        """Release connections."""
-
-    @property
-    @abstractmethod
-    def n_prepared(self) -> int:
-        """How many distinct requests were prepared."""
 
 
 class _HttpClient(Client):

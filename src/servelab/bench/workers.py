@@ -28,7 +28,12 @@ from servelab.bench.stats import WindowStats
 
 __all__ = ["Event", "LevelJob", "child_main", "run_level_events", "split_plan"]
 
-_CHILD = "from servelab.bench.workers import child_main; child_main()"
+# A worker process is the load generator's own program: it sets its gRPC client's switches itself.
+_CHILD = (
+    "from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments; "
+    "disable_grpc_experiments(CLIENT_EXPERIMENTS); "
+    "from servelab.bench.workers import child_main; child_main()"
+)
 
 Event = tuple[Any, ...]
 

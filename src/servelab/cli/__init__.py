@@ -1,23 +1,20 @@
 """The ``servelab`` command: serve | bench | compare | graph | demo.
 
-Each sub-command lives in its own module of this package and is registered here.
+Each sub-command lives in its own module of this package and is registered here. Importing this
+package changes nothing in the process (and imports no grpc); :func:`main`, which owns the process,
+sets grpcio's start-up switches before any command runs.
 """
 
 from __future__ import annotations
 
+import typer
+
+from servelab.cli import bench as _bench
+from servelab.cli import compare as _compare
+from servelab.cli import demo as _demo
+from servelab.cli import graph as _graph
+from servelab.cli import serve as _serve
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, SERVER_EXPERIMENTS, disable_grpc_experiments
-
-# First thing, before any module imports grpc: servers and clients of this process skip grpcio's
-# EventEngine thread hops (measured in servelab.config.grpc_runtime).
-disable_grpc_experiments(SERVER_EXPERIMENTS + CLIENT_EXPERIMENTS)
-
-import typer  # noqa: E402
-
-from servelab.cli import bench as _bench  # noqa: E402
-from servelab.cli import compare as _compare  # noqa: E402
-from servelab.cli import demo as _demo  # noqa: E402
-from servelab.cli import graph as _graph  # noqa: E402
-from servelab.cli import serve as _serve  # noqa: E402
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -32,6 +29,10 @@ app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, trai
 
 
 def main() -> None:
+    """The ``servelab`` executable (and ``python -m servelab.cli``)."""
+    # Before any command imports grpc: servers and clients of this process skip grpcio's EventEngine
+    # thread hops (measured in servelab.config.grpc_runtime).
+    disable_grpc_experiments(SERVER_EXPERIMENTS + CLIENT_EXPERIMENTS)
     app()
 
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from servelab.bench.inputs import parse_shape_option
-from servelab.bench.report import print_table, write_csv, write_json
-from servelab.bench.results import SweepResult
-from servelab.bench.specs import InputSpec, LoadSpec, TargetKind, TargetSpec
-from servelab.bench.stats import WindowStats
-from servelab.bench.sweep import run_sweep
+from servelab.cli._extras import require_extra
 from servelab.errors import ServelabError
+
+if TYPE_CHECKING:  # servelab.bench needs the bench extra: imported when the command runs
+    from servelab.bench.results import SweepResult
+    from servelab.bench.specs import InputSpec, LoadSpec, TargetKind, TargetSpec
+    from servelab.bench.stats import WindowStats
 
 _DEFAULT_URL = {"http": "http://127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 _TARGETS = ("oip", "torchserve", "tfserving", "inprocess")
@@ -43,6 +43,8 @@ def _target(
     pid: int | None,
     timeout_s: float,
 ) -> TargetSpec:
+    from servelab.bench.specs import TargetSpec
+
     if target not in _TARGETS:
         raise typer.BadParameter(
             f"expected one of {', '.join(_TARGETS)}; got {target!r}", param_hint="--target"
@@ -52,7 +54,7 @@ def _target(
     if target == "inprocess":
         return TargetSpec("inprocess", url or model, timeout_s=timeout_s)
     kind = cast(
-        TargetKind, {"oip": f"oip-{protocol}", "torchserve": "torchserve", "tfserving": "tfserving"}[target]
+        "TargetKind", {"oip": f"oip-{protocol}", "torchserve": "torchserve", "tfserving": "tfserving"}[target]
     )
     url = url or _DEFAULT_URL[protocol]
     return TargetSpec(kind, url, binary=not json_tensors, server_pid=pid, timeout_s=timeout_s)
@@ -61,6 +63,8 @@ def _target(
 def _run_with_progress(
     target: TargetSpec, model: str, load: LoadSpec, inputs: InputSpec, ceiling: bool, console: Console
 ) -> SweepResult:
+    from servelab.bench.sweep import run_sweep
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -137,6 +141,11 @@ def bench(
     ] = None,
 ) -> None:
     """Measure throughput and latency percentiles of MODEL at each load level."""
+    require_extra("bench", "bench")
+    from servelab.bench.inputs import parse_shape_option
+    from servelab.bench.report import print_table, write_csv, write_json
+    from servelab.bench.specs import InputSpec, LoadSpec
+
     console = Console(stderr=True)
     if concurrency and request_rate:
         raise typer.BadParameter(

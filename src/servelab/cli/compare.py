@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from servelab.cli._extras import require_extra
 from servelab.errors import ServelabError
 
 __all__ = ["compare", "demo_compare", "print_table", "register"]
@@ -122,6 +123,7 @@ def compare(
     ] = 0,
 ) -> None:
     """Measure MODEL on several servers and runtimes under one load; print P50/P99/throughput/RSS and ratios."""
+    require_extra("bench", "compare")
     from servelab.bench.compare import CompareSpec
     from servelab.bench.peers.targets import PeerSettings, parse_targets
 
@@ -148,6 +150,7 @@ def compare(
 def demo_compare(repo: Path, html: Path = Path("out/compare.html"), model: str = "mlp") -> object:
     """A short compare for ``make demo``: servelab on each backend, in-process ORT and FastAPI+ORT,
     batch 1 and 32, about a second per point (well under three minutes on two cores)."""
+    require_extra("bench", "demo")
     from servelab.bench.compare import CompareSpec
     from servelab.bench.peers.targets import parse_targets
 

@@ -1,6 +1,6 @@
 """`servelab serve REPO [REPO...]`: every front-end on one event loop, with Triton's flag names.
 
-Precedence: flags > ``--settings FILE`` (JSON) > SERVELAB_* environment variables > defaults.
+Precedence: flags > SERVELAB_* environment variables > ``--settings FILE`` (JSON) > defaults.
 Exit status: 0 after a clean SIGTERM/SIGINT, 2 for bad settings or a port that cannot be bound.
 """
 

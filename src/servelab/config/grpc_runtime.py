@@ -4,8 +4,10 @@ grpcio 1.8x routes every socket read and write through its EventEngine thread po
 each way. Measured on the 2-core host with a do-nothing unary call (``ServerLive``) between two
 processes, P50: 420 us with the defaults, 346 us with the server's EventEngine listener off, 272 us
 with the client's EventEngine client off, 209 us with both (benchmarks/RESULTS.md). grpcio reads its
-experiment switches (``GRPC_EXPERIMENTS``) once, when it is imported, so servers and servelab's own
-clients call :func:`disable_grpc_experiments` before that.
+experiment switches (``GRPC_EXPERIMENTS``) once, when it is imported, so the programs that own their
+process call :func:`disable_grpc_experiments` before that: the ``servelab`` command's ``main`` (servers
+and clients), the load generator's worker processes and the benchmark scripts. Importing a servelab
+module never does.
 
 A ``GRPC_EXPERIMENTS`` set by the user is never changed (set it, even empty, to keep grpc's defaults),
 and nothing happens once grpc is imported.

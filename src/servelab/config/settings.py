@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 
 class ControlMode(str, Enum):
@@ -168,7 +169,8 @@ class TlsSettings(BaseModel):
 
 
 class ServerSettings(BaseSettings):
-    """Everything `servelab serve` needs. Flags override SERVELAB_* variables override the settings file."""
+    """Everything `servelab serve` needs. Flags override SERVELAB_* variables, which override the settings
+    file, which overrides the defaults (see :meth:`from_file`)."""
 
     model_config = SettingsConfigDict(env_prefix="SERVELAB_", env_nested_delimiter="__", extra="forbid")
 
@@ -207,15 +209,37 @@ class ServerSettings(BaseSettings):
 
     @classmethod
     def from_file(cls, path: Path | None = None, **overrides: Any) -> ServerSettings:
-        """Read a JSON settings file (if given), then apply explicit overrides (flags)."""
-        data: dict[str, Any] = {}
-        if path is not None:
-            try:
-                data = json.loads(Path(path).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ValueError(f"settings file {path}: {exc}") from exc
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**data)
+        """Settings from, first match wins: ``overrides`` (flags; None is "not given"), SERVELAB_*
+        environment variables, the JSON file at ``path`` (if given), the defaults.
+
+        Nested models merge field by field: ``SERVELAB_LIMITS__MAX_BODY_BYTES`` replaces that one field
+        of the file's ``limits`` and keeps the others.
+        """
+        layers = [
+            _read_json(path) if path is not None else {},
+            EnvSettingsSource(cls)(),
+            {k: v for k, v in overrides.items() if v is not None},
+        ]
+        return cls(**functools.reduce(_merged, layers))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"settings file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"settings file {path}: expected a JSON object of settings, got {type(data).__name__}")
+    return data
+
+
+def _merged(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+    """``low`` updated with ``high``, nested dicts merged key by key instead of replaced."""
+    out = dict(low)
+    for key, value in high.items():
+        below = out.get(key)
+        out[key] = _merged(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return out
 
 
 def default_threads() -> int:

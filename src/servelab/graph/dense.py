@@ -9,7 +9,8 @@ of :class:`~servelab.graph.model.SageLayers` has about 25: at batch 1 the runtim
 not arithmetic, is what the layers' time is made of.
 
 The graph is written from the trained weights with ``onnx.helper`` rather than traced, and
-:func:`check_dense_parity` compares it with eager torch on sampled blocks before it is used.
+:func:`servelab.graph.parity.check_dense_parity` compares it with eager torch on sampled blocks
+before it is used.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from servelab.graph.model import SageLayers
 
-__all__ = ["DENSE_INPUTS", "OUTPUT_NAMES", "build_dense_onnx", "check_dense_parity", "save_dense_onnx"]
+__all__ = ["DENSE_INPUTS", "build_dense_onnx", "save_dense_onnx"]
 
 DENSE_INPUTS = ("a1", "idx2", "w2")
-OUTPUT_NAMES = ("logits", "embeddings")
 _OPSET = 17
 
 
@@ -96,26 +96,3 @@ def save_dense_onnx(model: SageLayers, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(build_dense_onnx(model), str(path))
     return path
-
-
-def check_dense_parity(model: SageLayers, path: Path, atol: float = 1e-5, seeds: int = 3) -> float:
-    """Largest |dense graph - eager SageLayers| over random blocks; AssertionError above ``atol``."""
-    import torch
-
-    from servelab.graph._fused_kernels import dense_inputs
-    from servelab.graph.export import example_block, ort_session
-
-    cfg = model.config
-    session = ort_session(path, 1)
-    worst = 0.0
-    for batch in (1, 3, 32)[:seeds]:
-        x, nbr1, nbr2 = example_block(cfg.in_features, cfg.fanouts, batch=batch, seed=batch)
-        a1, idx2, w2 = dense_inputs(x, np.arange(x.shape[0], dtype=np.int64), nbr1, nbr2)
-        got = session.run(list(OUTPUT_NAMES), dict(zip(DENSE_INPUTS, (a1, idx2, w2), strict=True)))  # type: ignore[attr-defined]
-        with torch.inference_mode():
-            want = model(torch.from_numpy(x), torch.from_numpy(nbr1), torch.from_numpy(nbr2))
-        for g, w in zip(got, want, strict=True):
-            worst = max(worst, float(np.max(np.abs(g - w.numpy()))))
-    if worst > atol:
-        raise AssertionError(f"dense graph differs from eager by {worst:.3g} (tolerance {atol:g})")
-    return worst

@@ -33,9 +33,8 @@ from servelab.errors import InvalidArgument
 from servelab.graph import _sampler_kernels
 from servelab.graph._fused_kernels import dense_inputs, dense_serial
 from servelab.graph.backend import NEW_EDGES, NEW_FEATURES, GraphSamplerBackend
-from servelab.graph.dense import OUTPUT_NAMES
-from servelab.graph.export import openvino_model, ort_session
 from servelab.graph.sampler import NumbaSampler
+from servelab.graph.sessions import OUTPUT_NAMES, openvino_model, ort_session
 from servelab.trust import version_file
 
 __all__ = ["FusedSageBackend"]

@@ -11,7 +11,7 @@ import psutil
 import pytest
 from peers_models import WEIGHTS, write_linear_onnx
 
-from servelab.bench.peers._net import http_status
+from servelab.bench.net import http_status
 from servelab.bench.peers.base import Endpoint, ModelArtefacts, TensorInfo
 from servelab.bench.peers.fastapi_ort import FastApiOrtPeer
 from servelab.errors import InvalidArgument

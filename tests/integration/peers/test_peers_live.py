@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from peers_models import WEIGHTS, write_linear_onnx, write_linear_torchscript
 
-from servelab.bench.peers._net import http_status
+from servelab.bench.net import http_status
 from servelab.bench.peers.base import Endpoint, ModelArtefacts, Peer, TensorInfo
 from servelab.errors import Unavailable
 

@@ -12,9 +12,10 @@ from google.protobuf import text_format
 from servelab import Engine
 from servelab.errors import InvalidArgument
 from servelab.graph._fused_kernels import dense_inputs
-from servelab.graph.dense import build_dense_onnx, check_dense_parity, save_dense_onnx
+from servelab.graph.dense import build_dense_onnx, save_dense_onnx
 from servelab.graph.export import export_repository
 from servelab.graph.model import SageConfig, SageLayers, save_model
+from servelab.graph.parity import check_dense_parity
 from servelab.graph.sampler import NumbaSampler, gather_features
 from servelab.graph.store import GraphStore, build_store
 from servelab.protocol import model_config_pb2 as mc

@@ -9,15 +9,10 @@ import pytest
 import torch
 from torch_geometric.nn import SAGEConv
 
-from servelab.graph.export import (
-    ParityError,
-    check_parity,
-    eager_runner,
-    example_block,
-    export_artifact,
-    load_runner,
-)
+from servelab.graph.export import export_artifact
 from servelab.graph.model import SageConfig, SageLayer, SageLayers, load_model, save_model
+from servelab.graph.parity import ParityError, check_parity, example_block
+from servelab.graph.sessions import eager_runner, load_runner
 
 F, C, H = 12, 5, 16
 FANOUTS = (4, 3)

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,10 +21,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from servelab.bench.peers._net import http_status
-from servelab.errors import Unavailable
+from servelab.bench.net import http_status, wait_until
 
-__all__ = ["Endpoint", "ModelArtefacts", "Peer", "PeerProcess", "TensorInfo", "wait_until"]
+__all__ = ["Endpoint", "ModelArtefacts", "Peer", "PeerProcess", "TensorInfo"]
 
 Progress = Callable[[str], None]
 
@@ -61,23 +59,6 @@ class Endpoint:
     pid: int | None
     binary: bool = False
     extra: dict[str, str] = field(default_factory=dict)
-
-
-def wait_until(
-    ready: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], str | None]
-) -> None:
-    """Poll ``ready`` (every 50 ms, backing off to 0.5 s) until it holds; fail early if the process died."""
-    deadline = time.monotonic() + timeout_s
-    pause = 0.05
-    while time.monotonic() < deadline:
-        dead = alive()
-        if dead is not None:
-            raise Unavailable(f"{what} exited before it was ready: {dead}")
-        if ready():
-            return
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.5)
-    raise Unavailable(f"{what} was not ready after {timeout_s:.0f} s")
 
 
 class PeerProcess:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request, Response
 
-from servelab.bench.peers._net import HOST, free_port
+from servelab.bench.net import HOST, free_port
 from servelab.bench.peers.base import Endpoint, ModelArtefacts, Peer
 from servelab.errors import InvalidArgument
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from servelab.bench.peers._net import HOST, free_ports
+from servelab.bench.net import HOST, free_ports
 from servelab.bench.peers.base import Endpoint, ModelArtefacts, Peer
 from servelab.errors import InvalidArgument
 

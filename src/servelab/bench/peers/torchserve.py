@@ -16,9 +16,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from servelab.bench.peers._net import HOST, free_ports, http_status
+from servelab.bench.net import HOST, free_ports, http_status, wait_until
 from servelab.bench.peers._venv import TORCH_PIN, PeerEnv
-from servelab.bench.peers.base import Endpoint, ModelArtefacts, Peer, wait_until
+from servelab.bench.peers.base import Endpoint, ModelArtefacts, Peer
 from servelab.errors import InvalidArgument, Unavailable
 
 __all__ = ["REQUIREMENTS", "TorchServePeer"]

@@ -1,12 +1,18 @@
-"""Small blocking network helpers for launchers: free ports on 127.0.0.1 and one-shot HTTP calls."""
+"""What a script needs to start servers and reach them: free ports on 127.0.0.1, a readiness wait and
+one-shot HTTP calls. Blocking and standard library only; the peer launchers and benchmarks/ use them.
+"""
 
 from __future__ import annotations
 
 import socket
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
-__all__ = ["HOST", "free_port", "free_ports", "http_status"]
+from servelab.errors import Unavailable
+
+__all__ = ["HOST", "free_port", "free_ports", "http_status", "wait_until"]
 
 HOST = "127.0.0.1"
 
@@ -43,3 +49,20 @@ def http_status(
         return int(exc.code), exc.read()
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return 0, b""
+
+
+def wait_until(
+    ready: Callable[[], bool], timeout_s: float, what: str, alive: Callable[[], str | None]
+) -> None:
+    """Poll ``ready`` (every 50 ms, backing off to 0.5 s) until it holds; fail early if the process died."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.05
+    while time.monotonic() < deadline:
+        dead = alive()
+        if dead is not None:
+            raise Unavailable(f"{what} exited before it was ready: {dead}")
+        if ready():
+            return
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.5)
+    raise Unavailable(f"{what} was not ready after {timeout_s:.0f} s")
