@@ -141,10 +141,11 @@ def test_round_trip_keeps_the_outside(tmp_path_factory: pytest.TempPathFactory, 
     path = tmp_path_factory.mktemp("rt") / "R.md"
     head = "".join(f"{line}\n" for line in before)
     tail = "".join(f"{line}\n" for line in after)
-    path.write_text(f"{head}<!-- BEGIN s -->\nold\n<!-- END s -->\n{tail}")
+    path.write_bytes(f"{head}<!-- BEGIN s -->\nold\n<!-- END s -->\n{tail}".encode())
     markdown = "\n".join(body)
     write_section(path, "s", markdown)
-    assert path.read_text() == f"{head}<!-- BEGIN s -->\n{markdown.strip(chr(10))}\n<!-- END s -->\n{tail}"
+    expected = f"{head}<!-- BEGIN s -->\n{markdown.strip(chr(10))}\n<!-- END s -->\n{tail}"
+    assert path.read_bytes().decode() == expected  # bytes: read_text() would turn a lone \r into \n
     assert read_section(path, "s") == markdown.strip("\n") + "\n"
 
 
