@@ -48,12 +48,16 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) tools/check_cycles.py
 
+# Each script writes its JSON in benchmarks/results/ and its own marked section(s) of benchmarks/RESULTS.md
+# (tests/integration/bench/test_results_sections.py checks that every section there is written by a step here).
 bench: $(STAMP) $(REPO)/.built
 	$(PY) benchmarks/engine_overhead.py
 	$(PY) benchmarks/serving_overhead.py
+	$(PY) benchmarks/grpc_event_engine.py
 	$(PY) benchmarks/batching.py
 	$(PY) benchmarks/loadgen_ceiling.py
-	$(VENV)/bin/servelab compare mlp --repo $(REPO) --targets servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver,mlserver@grpc --batch-sizes 1,32 --concurrency 8 --baseline inprocess-ort --output benchmarks/results/compare.json --html out/compare.html
+	$(VENV)/bin/servelab compare mlp --repo $(REPO) --targets servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver,mlserver@grpc --batch-sizes 1,32 --concurrency 8 --baseline inprocess-ort --output benchmarks/results/compare.json --html out/compare.html --results-md benchmarks/RESULTS.md
+	test -f out/graphs/g1m/manifest.json || $(VENV)/bin/servelab graph synth --nodes 1000000 --out out/graphs/g1m
 	$(PY) benchmarks/graph_sampler.py --graph-dir out/graphs/g1m
 	test -f out/models/sage/meta.json || $(VENV)/bin/servelab graph train out/graphs/g1m --out out/models/sage
 	$(PY) benchmarks/graphsage.py --graph-dir out/graphs/g1m --model-dir out/models/sage

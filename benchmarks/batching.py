@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -35,6 +36,9 @@ from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experi
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
 
 RESULTS = Path(__file__).resolve().parent / "results" / "batching.json"
+RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
+SECTION = "batching"  # the section of RESULTS_MD this script writes
+SPEEDUP_BAR = 3.0
 SHAPES = {"deep": (128,) * 501, "wide": (512, 2048, 2048, 512)}
 DIMS = SHAPES["deep"]
 MAX_BATCH = 32
@@ -193,12 +197,48 @@ def run_client(address: str, model: str, concurrency: int, duration: float) -> d
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This run's section of RESULTS.md, from the document written to JSON."""
+    from servelab.bench.results_md import markdown_table
+
+    m, ceiling, low = doc["model"], doc["in_process"], doc["low_load_concurrency_1"]
+    delay_ms = m["max_queue_delay_us"] / 1e3
+    head = (
+        f"Model: {m['layers']} x MatMul ({m['width']} wide) + ReLU, ONNX (`--shape {m['shape']}`); in-process "
+        f"{ceiling['batch1_median_ms']:.2f} ms at batch 1 and {ceiling['batch32_median_ms']:.2f} ms at batch "
+        f"{m['max_batch_size']}. Batch-1 gRPC requests at concurrency {doc['concurrency']}, {doc['duration_s']:g} s "
+        f"each, max_batch_size {m['max_batch_size']}, max_queue_delay {delay_ms:g} ms, one run.\n\n"
+    )
+    columns = ("model", "req/s", "P50 ms", "P99 ms", "average executed batch")
+    rows = [
+        (name, f"{r['throughput_rps']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}",
+         f"{doc['average_executed_batch'].get(name, math.nan):.1f}")
+        for name, r in doc["runs"].items()
+    ]  # fmt: skip
+    speedup = doc["speedup_batched_vs_plain"]
+    verdict = "PASS" if speedup >= SPEEDUP_BAR else "FAIL"
+    ceiling_rows = ceiling[f"batch{m['max_batch_size']}_rows_per_s"]
+    bullets = [
+        f"Throughput with dynamic batching / without: **{speedup:.2f}x** (bar: >= {SPEEDUP_BAR:g}x). {verdict}.",
+        f"Fraction of the in-process batch-{m['max_batch_size']} ceiling ({ceiling_rows:.0f} rows/s) reached: "
+        f"{doc['fraction_of_in_process_batch32_ceiling']:.0%}.",
+        f"P99 cost of the {delay_ms:g} ms queue delay at concurrency 1: {doc['queue_delay_p99_cost_ms']:+.1f} ms "
+        f"(P50 {doc['queue_delay_p50_cost_ms']:+.1f} ms; `plain` {low['plain']['p50_ms']:.2f} ms, `batched` "
+        f"{low['batched']['p50_ms']:.2f} ms P50).",
+        f"`batched_x2` (2 instances, threads split) / `batched` (1 instance, all {doc['host']['cpus']} cores): "
+        f"{doc['instances_2x1_vs_1x2_throughput']:.2f}x throughput.",
+    ]
+    return head + markdown_table(columns, rows) + "\n" + "".join(f"- {b}\n" for b in bullets)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=6.0)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--delay-us", type=int, default=2000)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    ap.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     ap.add_argument("--client")
     ap.add_argument("--model", default="batched")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="deep")
@@ -245,7 +285,12 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "low_load_concurrency_1")}, indent=2))
+    print(results_markdown(result))
+    if args.results_md is not None:
+        from servelab.bench.results_md import write_section
+
+        write_section(args.results_md, SECTION, results_markdown(result))
+        print(f"wrote section {SECTION!r} of {args.results_md}")
 
 
 if __name__ == "__main__":

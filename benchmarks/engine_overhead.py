@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -24,6 +25,9 @@ from servelab import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = 500
+RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
+SECTION = "engine_overhead"  # the section of RESULTS_MD this script writes
+BAR_US = 20
 
 
 def _inputs(name: str, batch: int) -> dict[str, np.ndarray]:
@@ -68,11 +72,28 @@ def measure(engine: Engine, name: str, batch: int, calls: int) -> dict[str, floa
     }
 
 
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This run's section of RESULTS.md, from the document written to JSON."""
+    from servelab.bench.results_md import markdown_table
+
+    columns = ("model", "batch", "ORT P50 us", "Engine P50 us", "overhead P50 us", "ORT P99 us", "Engine P99 us")
+    keys = ("ort_p50_us", "engine_p50_us", "overhead_p50_us", "ort_p99_us", "engine_p99_us")
+    rows = [(r["model"], r["batch"], *(f"{r[k]:.1f}" for k in keys)) for r in doc["rows"]]
+    worst = max(r["overhead_p50_us"] for r in doc["rows"] if r["batch"] == 1)
+    return (
+        f"{doc['calls']:,} calls per row, the bare session and the Engine interleaved in blocks of {BLOCK}.\n\n"
+        + markdown_table(columns, rows)
+        + f"\n{doc['verdict']}: worst batch-1 median overhead {worst:.1f} us (bar {doc['bar_us']} us).\n"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--repo", type=Path, default=ROOT / "examples" / "repository")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "engine_overhead.json")
+    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     args = parser.parse_args()
     if not (args.repo / "simple").exists():
         sys.path.insert(0, str(ROOT / "examples"))
@@ -94,10 +115,16 @@ def main() -> int:
         )
     Console().print(table)
     worst = max(r["overhead_p50_us"] for r in rows if r["batch"] == 1)
-    verdict = "PASS" if worst <= 20 else "FAIL"
-    print(f"{verdict}: worst batch-1 median overhead {worst:.1f} us (bar: 20 us)")
+    verdict = "PASS" if worst <= BAR_US else "FAIL"
+    print(f"{verdict}: worst batch-1 median overhead {worst:.1f} us (bar: {BAR_US} us)")
+    doc = {"calls": args.calls, "rows": rows, "bar_us": BAR_US, "verdict": verdict}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"calls": args.calls, "rows": rows, "bar_us": 20, "verdict": verdict}, indent=2))
+    args.output.write_text(json.dumps(doc, indent=2))
+    if args.results_md is not None:
+        from servelab.bench.results_md import write_section
+
+        write_section(args.results_md, SECTION, results_markdown(doc))
+        print(f"wrote section {SECTION!r} of {args.results_md}")
     return 0
 
 

@@ -16,6 +16,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -27,6 +28,9 @@ from servelab.graph.store import GraphStore
 from servelab.graph.synth import synth_graph
 
 RESULTS = Path(__file__).parent / "results" / "graph_sampler.json"
+RESULTS_MD = Path(__file__).parent / "RESULTS.md"
+SECTION = "graph_sampler"  # the section of RESULTS_MD this script writes
+SPEEDUP_BAR = 20.0  # numba over the Python reference at the largest batch
 
 
 def _graph(args: argparse.Namespace, console: Console) -> GraphStore:
@@ -70,6 +74,28 @@ def _time(sample: object, batches: list[np.ndarray], max_s: float) -> dict[str, 
     }
 
 
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This run's section of RESULTS.md, from the document written to JSON."""
+    from servelab.bench.results_md import markdown_table
+
+    g, rows = doc["graph"], doc["results"]
+    head = (
+        f"Graph `{g['path']}`: {g['nodes']:,} nodes, {g['edges']:,} edges, fan-outs {doc['fanouts']}; "
+        f"{doc['env']['numba_threads']} numba threads for the parallel sampler.\n\n"
+    )
+    columns = ("sampler", "batch", "P50 us", "P99 us", "x python (P50)")
+    table = markdown_table(columns, [
+        (r["sampler"], r["batch"], f"{r['p50_us']:.1f}", f"{r['p99_us']:.1f}", f"{r['speedup_p50_vs_python']:.1f}")
+        for r in rows
+    ])  # fmt: skip
+    top = max(r["batch"] for r in rows)
+    numba = {r["sampler"]: r["speedup_p50_vs_python"] for r in rows if r["batch"] == top and r["sampler"] != "python"}
+    met = bool(numba) and min(numba.values()) >= SPEEDUP_BAR
+    shown = ", ".join(f"{x:.0f}x {name.removeprefix('numba ')}" for name, x in numba.items())
+    bar = f"\nBar: numba >= {SPEEDUP_BAR:g}x the Python reference at batch {top}: **{shown}, {'met' if met else 'NOT met'}.**\n"
+    return head + table + bar
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=1_000_000)
@@ -80,6 +106,8 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=6.0, help="time limit per cell")
     ap.add_argument("--threads", type=int, default=None, help="numba threads for the parallel sampler")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    ap.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     args = ap.parse_args()
     console = Console(width=max(Console().width, 110))
     store = _graph(args, console)
@@ -132,11 +160,15 @@ def main() -> None:
         "threading_layer": numba.threading_layer(),
     }
     graph = {"nodes": store.num_nodes, "edges": store.num_edges, "path": Path(store.path).name}  # the folder's name: no machine path in results
+    doc = {"graph": graph, "env": env, "fanouts": [10, 10], "results": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps({"graph": graph, "env": env, "fanouts": [10, 10], "results": rows}, indent=2)
-    )
+    args.out.write_text(json.dumps(doc, indent=2))
     console.print(f"wrote {args.out}")
+    if args.results_md is not None:
+        from servelab.bench.results_md import write_section
+
+        write_section(args.results_md, SECTION, results_markdown(doc))
+        console.print(f"wrote section {SECTION!r} of {args.results_md}")
 
 
 if __name__ == "__main__":

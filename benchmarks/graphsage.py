@@ -28,6 +28,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +45,8 @@ from servelab.graph.store import GraphStore
 from servelab.graph.synth import synth_graph
 
 RESULTS = Path(__file__).parent / "results" / "graphsage.json"
+RESULTS_MD = Path(__file__).parent / "RESULTS.md"
+SECTION = "graphsage"  # the section of RESULTS_MD this script writes (its in-process rows)
 BASELINE = "python + torch eager (baseline)"
 FUSED = "numba fused + onnxruntime"
 def _fused_pipeline(sampler: NumbaSampler, store: GraphStore, model: SageLayers, path: Path, threads: int) -> PipelineFn:
@@ -201,6 +204,26 @@ def _table(rows: list[Row], nodes: int) -> Table:
     return table
 
 
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This run's in-process section of RESULTS.md, from the document written to JSON."""
+    from servelab.bench.results_md import markdown_table
+
+    m = doc["meta"]
+    head = (
+        f"{m['nodes']:,} nodes, {m['queries']:,} query nodes shared by every row, {m['threads']} thread(s) for "
+        f"the layers and numba; speed-ups against `{m['baseline']}` at the same batch size.\n\n"
+    )
+    columns = ("config", "batch", "P50 us", "P99 us", "nodes/s", "sample", "gather", "layers", "x P50",
+               "x nodes/s")  # fmt: skip
+    rows = [
+        (r["config"], r["batch"], f"{r['p50_us']:,.0f}", f"{r['p99_us']:,.0f}", f"{r['nodes_per_s']:,.0f}",
+         f"{r['sample_share']:.0%}", f"{r['gather_share']:.0%}", f"{r['layers_share']:.0%}",
+         f"{r['speedup_p50']:.2f}", f"{r['throughput_ratio']:.2f}")
+        for r in doc["rows"]
+    ]  # fmt: skip
+    return head + markdown_table(columns, rows)
+
+
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=1_000_000, help="synthetic graph size (default 1,000,000)")
@@ -226,6 +249,8 @@ def _args() -> argparse.Namespace:
         "--server-env", nargs="*", default=[], metavar="KEY=VALUE", help="e2e: environment of the servers"
     )
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    p.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     args = p.parse_args()
     if args.nodes < 2 or args.queries < 1 or min(args.batch) < 1 or args.threads < 1:
         p.error("--nodes must be >= 2; --queries, --batch and --threads must be >= 1")
@@ -258,6 +283,11 @@ def main() -> None:
     result = {"meta": meta, "rows": [asdict(r) for r in rows], "e2e_rows": [asdict(r) for r in e2e]}
     args.out.write_text(json.dumps(result, indent=2))
     console.print(f"wrote {args.out}")
+    if rows and args.results_md is not None:  # the e2e rows' section is graphsage_e2e.py's
+        from servelab.bench.results_md import write_section
+
+        write_section(args.results_md, SECTION, results_markdown(result))
+        console.print(f"wrote section {SECTION!r} of {args.results_md}")
 
 
 if __name__ == "__main__":

@@ -370,6 +370,13 @@ def _print_comparisons(rows: list[Comparison], concurrency: int) -> None:
     Console(width=200).print(table)
 
 
+def results_sections(doc: dict[str, Any]) -> dict[str, str]:
+    """This run's sections of RESULTS.md (see graphsage_e2e_tables), from the document written to JSON."""
+    from graphsage_e2e_tables import sections
+
+    return sections(doc)
+
+
 def _repo_relative(path: Path) -> str:
     """``path`` as written into the results: relative to the repository when inside it, else its name."""
     root = Path(__file__).resolve().parent.parent
@@ -398,6 +405,9 @@ def _main_args() -> Any:
     p.add_argument("--ts-torch-threads", type=int, default=1, help="torch threads in TorchServe's worker")
     p.add_argument("--ts-batch-size", type=int, default=1, help="TorchServe's batch_size (requests merged)")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--results-md", type=Path, default=RESULTS.parent.parent / "RESULTS.md",
+                   help="rewrite its sections (graphsage_e2e_tables.SECTIONS) of this file")  # fmt: skip
+    p.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     return p.parse_args()
 
 
@@ -448,6 +458,12 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, allow_nan=True))
     print(f"wrote {args.out} (load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f})")
+    if args.results_md is not None:
+        from servelab.bench.results_md import write_section
+
+        for name, markdown in results_sections(json.loads(json.dumps(result, allow_nan=True))).items():
+            write_section(args.results_md, name, markdown)
+            print(f"wrote section {name!r} of {args.results_md}")
 
 
 if __name__ == "__main__":

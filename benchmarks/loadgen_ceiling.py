@@ -14,6 +14,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -26,6 +27,8 @@ from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experi
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
 
 RESULTS = Path(__file__).parent / "results" / "loadgen_ceiling.json"
+RESULTS_MD = Path(__file__).parent / "RESULTS.md"
+SECTION = "loadgen_ceiling"  # the section of RESULTS_MD this script writes
 
 
 def _measure(
@@ -46,12 +49,34 @@ def _measure(
     }
 
 
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This run's section of RESULTS.md, from the document written to JSON."""
+    from servelab.bench.results_md import markdown_table
+
+    n = doc["workers"]
+    columns = ("protocol", "concurrency", "1 process req/s", f"{n} processes req/s", "1 process P50 ms")
+    rows = [
+        (r["protocol"], r["concurrency"], f"{r['single']['throughput_rps']:,.0f}",
+         f"{r['multi']['throughput_rps']:,.0f}", f"{r['single']['p50_ms']:.3f}")
+        for r in doc["rows"]
+    ]  # fmt: skip
+    tops = []
+    for protocol in dict.fromkeys(r["protocol"] for r in doc["rows"]):
+        mine = [r for r in doc["rows"] if r["protocol"] == protocol]
+        single = max(r["single"]["throughput_rps"] for r in mine)
+        multi = max(r["multi"]["throughput_rps"] for r in mine)
+        tops.append(f"{protocol} {single:,.0f} req/s in one process, {multi:,.0f} in {n}")
+    return markdown_table(columns, rows) + "\nHighest rates: " + "; ".join(tops) + ".\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workers", type=int, default=2, help="worker processes for the multi-process rows")
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
     rows = []
@@ -102,11 +127,17 @@ def main() -> None:
             "platform": platform.platform(),
         },
         "baseline": "single process at the same concurrency",
+        "workers": args.workers,
         "note": "the null server runs in its own process on the same CPUs, so on 2 cores it competes with the workers",
         "rows": rows,
     }
     args.output.write_text(json.dumps(doc, indent=2))
     print(f"wrote {args.output}")
+    if args.results_md is not None:
+        from servelab.bench.results_md import write_section
+
+        write_section(args.results_md, SECTION, results_markdown(doc))
+        print(f"wrote section {SECTION!r} of {args.results_md}")
 
 
 if __name__ == "__main__":

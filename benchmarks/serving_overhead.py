@@ -46,6 +46,8 @@ from servelab.protocol import grpc_service_pb2 as pb  # noqa: E402
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULT = HERE / "results" / "serving_overhead.json"
+RESULTS_MD = HERE / "RESULTS.md"
+SECTION = "serving_overhead"  # the section of RESULTS_MD this script writes
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
 B = np.ones((1, 16), dtype=np.int32)
 EXPECTED = (A + B).reshape(-1).tolist()
@@ -248,6 +250,42 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _bar(doc: dict[str, Any]) -> str:
+    """Issue 3's bar: REST binary >= 0.9x the baseline's req/s at every concurrency, P99 at the top one no worse."""
+    rows = {(r["target"], r["concurrency"]): r for r in doc["results"]}
+    ratios = doc["ratio_to_baseline_rps"].get("servelab_rest_binary", {})
+    levels = sorted(c for t, c in rows if t == "servelab_rest_binary")
+    if not levels or len(ratios) < len(levels):
+        return "Bar (issue 3): not measured (no REST binary or baseline rows)."
+    top = levels[-1]
+    mine, base = rows[("servelab_rest_binary", top)]["p99_ms"], rows[("baseline_fastapi_ort_json", top)]["p99_ms"]
+    ok = all(ratios[str(c)] >= 0.9 for c in levels) and mine <= base
+    shown = ", ".join(f"c={c} {ratios[str(c)]:.2f}x" for c in levels)
+    return (
+        f"Bar (issue 3): REST binary >= 0.9x the baseline's throughput at every concurrency, P99 at c={top} no "
+        f"worse. Measured: {shown}; P99 at c={top} {mine:.1f} ms vs {base:.1f} ms. {'PASS' if ok else 'FAIL'}."
+    )
+
+
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This run's section of RESULTS.md, from the document written to JSON."""
+    from servelab.bench.results_md import markdown_table
+
+    ratios = doc["ratio_to_baseline_rps"]
+    columns = ("target", "c", "req/s", "x baseline", "P50 ms", "P99 ms", "decode us", "queue us", "compute us",
+               "encode us")  # fmt: skip
+    rows = []
+    for r in sorted(doc["results"], key=lambda r: (TARGETS.index(r["target"]), r["concurrency"])):
+        ratio = ratios.get(r["target"], {}).get(str(r["concurrency"]))
+        rows.append((
+            r["target"], r["concurrency"], f"{r['requests_per_s']:.0f}", f"{ratio:.2f}" if ratio else "1.00",
+            f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}",
+            *(f"{r[f'{p}_us']:.1f}" if f"{p}_us" in r else "-" for p in _PARTS),
+        ))  # fmt: skip
+    head = f"{doc['rounds']} interleaved rounds of {doc['duration_s']:g} s, the median round by req/s.\n\n"
+    return head + markdown_table(columns, rows) + "\n" + _bar(doc) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration-s", type=float, default=3.0)
@@ -255,6 +293,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     args = parser.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs: list[subprocess.Popen[bytes]] = []
@@ -302,6 +342,11 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {args.out}")
+    if args.results_md is not None:
+        from servelab.bench.results_md import write_section
+
+        write_section(args.results_md, SECTION, results_markdown(result))
+        print(f"wrote section {SECTION!r} of {args.results_md}")
 
 
 if __name__ == "__main__":

@@ -174,7 +174,8 @@ def build_pipeline(repo: Path) -> None:
     )
 
 
-def build(out: Path, with_graph: bool = True) -> Path:
+def build(out: Path, with_graph: bool = True, graph_nodes: int = 100_000) -> Path:
+    """Write every example model into ``out`` (emptied first); ``graph_nodes`` sizes the GraphSAGE graph."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -184,7 +185,7 @@ def build(out: Path, with_graph: bool = True) -> Path:
     build_preprocess(out)
     build_pipeline(out)
     if with_graph:  # graphsage_sampler, graphsage_layers, sage and their graph (examples/build_graph.py)
-        _sibling("build_graph").build_graph_pipeline(out)
+        _sibling("build_graph").build_graph_pipeline(out, graph_nodes)
     return out
 
 

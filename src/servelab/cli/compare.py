@@ -6,8 +6,9 @@ Peers (TorchServe, MLServer) install into their own venvs under ``--peers-dir`` 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,7 +17,7 @@ from rich.table import Table
 from servelab.cli._extras import require_extra
 from servelab.errors import ServelabError
 
-__all__ = ["compare", "demo_compare", "print_table", "register"]
+__all__ = ["compare", "demo_compare", "print_table", "register", "results_markdown"]
 
 console = Console()
 if not console.is_terminal:
@@ -54,7 +55,26 @@ def print_table(result: object) -> None:
             console.print(f"[yellow]not measured[/] {o.label}: {o.error}")
 
 
-def _run(spec: object, output: Path | None, html: Path | None) -> object:
+def results_markdown(doc: dict[str, Any]) -> str:
+    """The comparison as a section of benchmarks/RESULTS.md, from its JSON document (``--output``)."""
+    from servelab.bench.compare import CompareRow
+    from servelab.bench.peers.compare_report import COLUMNS, row_cells
+    from servelab.bench.results_md import markdown_table
+
+    s = doc["settings"]
+    head = (
+        f"`servelab compare {doc['model']}`: concurrency {s['concurrency']}, client batch sizes "
+        f"{', '.join(str(b) for b in s['batch_sizes'])}, baseline {s['baseline'] or '-'}, windows of "
+        f"{s['measurement_interval_ms']} ms (at most {s['max_windows']} per point).\n\n"
+    )
+    table = markdown_table(COLUMNS, (row_cells(CompareRow(**r)) for r in doc["rows"]))
+    missing = [f"- not measured: {t['label']}: {t['error']}\n" for t in doc["targets"] if t.get("error")]
+    return head + table + ("\n" + "".join(missing) if missing else "")
+
+
+def _run(
+    spec: object, output: Path | None, html: Path | None, results_md: tuple[Path, str] | None = None
+) -> object:
     from servelab.bench.compare import run_compare
     from servelab.bench.peers.compare_report import write_html
 
@@ -66,6 +86,12 @@ def _run(spec: object, output: Path | None, html: Path | None) -> object:
     if html is not None:
         write_html(result, html)
         console.print(f"HTML: {html}")
+    if results_md is not None:
+        from servelab.bench.results_md import write_section
+
+        doc = json.loads(json.dumps(result.to_dict(), default=str))  # type: ignore[attr-defined]  # as in the JSON
+        write_section(results_md[0], results_md[1], results_markdown(doc))
+        console.print(f"section {results_md[1]!r} of {results_md[0]}")
     return result
 
 
@@ -102,6 +128,12 @@ def compare(
     ] = 5,
     output: Annotated[Path | None, typer.Option("--output", help="Write the results as JSON.")] = None,
     html: Annotated[Path | None, typer.Option("--html", help="Write an HTML report.")] = None,
+    results_md: Annotated[
+        Path | None, typer.Option("--results-md", help="Rewrite a marked section of this file (RESULTS.md).")
+    ] = None,
+    results_section: Annotated[
+        str, typer.Option("--results-section", help="Name of that section.")
+    ] = "compare",
     peers_dir: Annotated[Path, typer.Option("--peers-dir", help="Where peers' own venvs live.")] = Path(
         ".peers"
     ),
@@ -141,7 +173,7 @@ def compare(
             concurrency=concurrency, baseline=baseline, measurement_interval_ms=interval_ms, max_windows=max_windows,
             peers=peers,
         )  # fmt: skip
-        _run(spec, output, html)
+        _run(spec, output, html, None if results_md is None else (results_md, results_section))
     except ServelabError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(code=2) from None
