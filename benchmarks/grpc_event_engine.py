@@ -59,8 +59,7 @@ def _client(address: str, calls: int, warmup: int) -> dict[str, float]:
 @contextmanager
 def _server(repo: Path, experiments: str, log: Path) -> Iterator[str]:
     """``servelab serve`` with the given GRPC_EXPERIMENTS; yields its gRPC address once ready."""
-    from servelab.bench.peers._net import free_ports, http_status
-    from servelab.bench.peers.base import wait_until
+    from servelab.bench.net import free_ports, http_status, wait_until
 
     http, grpc_port, metrics, mgmt = free_ports(4)
     cmd = [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--http-port", str(http), "--grpc-port",
