@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-__all__ = ["ANY_BYTES", "rows", "sample"]
+__all__ = ["ANY_BYTES", "rows", "sample", "weights"]
 
 #: BYTES elements that are not all UTF-8 (a Python model or a binary transport keeps them as sent)
 ANY_BYTES = [b"", b"\x00\xff\xfe binary", "caf\u00e9".encode(), b"x" * 300]
@@ -46,3 +46,8 @@ def rows(n: int, features: int = 4, *, value: float | None = None, seed: int = 0
     if value is not None:
         return np.full((n, features), value, dtype=np.float32)
     return np.random.default_rng(seed).standard_normal((n, features)).astype(np.float32)
+
+
+def weights(features_in: int, features_out: int, seed: int = 0) -> np.ndarray:
+    """A standard normal FP32 weight matrix (for harness.models.dense_onnx), fixed by ``seed``."""
+    return np.random.default_rng(seed).standard_normal((features_in, features_out)).astype(np.float32)

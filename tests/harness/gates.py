@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 __all__ = ["HeldCall", "SocketGate", "ThreadGate"]
@@ -83,13 +84,17 @@ class SocketGate:
 
 
 class ThreadGate:
-    """Holds in-process calls (a test backend calls :meth:`hold`) until the test calls :meth:`open`;
-    counts the calls that reached it, so a test can wait until N are inside."""
+    """Holds in-process calls (a test backend calls :meth:`hold`) until the test calls :meth:`open`.
+
+    It counts the calls held (``entered``) and those the backend let through without holding
+    (``passed``, reported with :meth:`passing`), so a test can wait until N are inside or done.
+    """
 
     def __init__(self, timeout_s: float = GATE_TIMEOUT_S) -> None:
         self._cond = threading.Condition()
         self._open = False
         self.entered = 0
+        self.passed = 0
         self.timeout_s = timeout_s
 
     def hold(self) -> None:
@@ -100,15 +105,34 @@ class ThreadGate:
             if not self._cond.wait_for(lambda: self._open, self.timeout_s):
                 raise TimeoutError(f"the test never opened the gate within {self.timeout_s} s")
 
-    def wait_entered(self, count: int = 1) -> None:
-        """Block until ``count`` calls are (or were) at the gate."""
+    def passing(self) -> None:
+        """Called by the backend for a call it does not hold, once that call has done its work."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self.entered >= count, self.timeout_s):
-                raise AssertionError(f"{self.entered} calls reached the gate within {self.timeout_s} s, not {count}")
+            self.passed += 1
+            self._cond.notify_all()
+
+    def wait_entered(self, count: int = 1) -> None:
+        """Block until ``count`` calls are (or were) held at the gate."""
+        self._wait(lambda: self.entered >= count, f"{count} calls held")
+
+    def wait_passed(self, count: int = 1) -> None:
+        """Block until ``count`` calls went through without being held."""
+        self._wait(lambda: self.passed >= count, f"{count} calls through")
 
     async def entered_async(self, count: int = 1) -> None:
         """:meth:`wait_entered` without blocking the event loop."""
         await asyncio.to_thread(self.wait_entered, count)
+
+    async def passed_async(self, count: int = 1) -> None:
+        """:meth:`wait_passed` without blocking the event loop."""
+        await asyncio.to_thread(self.wait_passed, count)
+
+    def _wait(self, reached: Callable[[], bool], what: str) -> None:
+        with self._cond:
+            if not self._cond.wait_for(reached, self.timeout_s):
+                raise AssertionError(
+                    f"not {what} within {self.timeout_s} s ({self.entered} held, {self.passed} through)"
+                )
 
     def open(self) -> None:
         """Let every held call (and every later one) through."""

@@ -88,8 +88,8 @@ def unary_onnx(
     return save_onnx(path, [node], [tensor(i, elem_type, dims)], [tensor(o, elem_type, dims)], name=op.lower())
 
 
-def scale_onnx(path: Path, factor: float, io: tuple[str, str] = XY, features: int = 4) -> Path:
-    """``y = x * factor``, FP32 [batch, features]: versions of one model that answer differently."""
+def scale_onnx(path: Path, factor: float, io: tuple[str, str] = IO, features: int = 4) -> Path:
+    """``OUTPUT = INPUT * factor``, FP32 [batch, features]: versions of one model that answer differently."""
     i, o = io
     k = helper.make_tensor("k", TensorProto.FLOAT, [1], [factor])
     dims = ("batch", features)

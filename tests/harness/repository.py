@@ -152,15 +152,16 @@ def build_test_repository(repo: Path) -> Path:
 
 
 def scale_model(repo: Path, name: str, versions: dict[int, float], config: str = "") -> Path:
-    """``name`` with one version folder per entry, each ``y = x * factor`` (FP32 [4], onnxruntime)."""
+    """``name`` with one version folder per entry, each ``y = x * factor`` (FP32 [4], onnxruntime; the
+    unit tests' x/y names); ``config`` is appended to config.pbtxt (a version_policy ...)."""
     d = repo / name
     for version, factor in versions.items():
-        scale_onnx(d / str(version) / "model.onnx", factor)
+        scale_onnx(d / str(version) / "model.onnx", factor, io=XY)
     write_config(d, f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 8\n' + textwrap.dedent(config))
     return d
 
 
-def dense_model(repo: Path, name: str, *weights: np.ndarray, runtime: str = ONNX, io: tuple[str, str] = XY,
+def dense_model(repo: Path, name: str, *weights: np.ndarray, runtime: str = ONNX, io: tuple[str, str] = IO,
                 max_batch_size: int = 16, extra: str = "") -> Path:
     """``name``: :func:`harness.models.dense_onnx` of ``weights`` (``y = x @ W`` for one), FP32 and
     batched, on onnxruntime; ``extra`` goes into config.pbtxt (dynamic_batching, instance_group ...)."""
@@ -175,7 +176,7 @@ def dense_model(repo: Path, name: str, *weights: np.ndarray, runtime: str = ONNX
 def tiny_repository(root: Path, with_torchscript: bool = False) -> Path:
     """``tiny_onnx`` (and ``tiny_torchscript``): one 4 -> 3 linear model on two runtimes, as the
     compare tools find model families (``<base>_<runtime>``)."""
-    dense_model(root, "tiny_onnx", TINY_WEIGHTS, io=IO, max_batch_size=32)
+    dense_model(root, "tiny_onnx", TINY_WEIGHTS, max_batch_size=32)
     if with_torchscript:
         d = root / "tiny_torchscript"
         linear_torchscript(d / "1" / "model.pt", TINY_WEIGHTS)

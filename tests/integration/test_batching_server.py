@@ -16,7 +16,6 @@ from conftest import ServerProcess, running_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.clients import infer_input
-from harness.models import IO
 from harness.repository import dense_model
 
 CLIENTS = 64
@@ -32,7 +31,7 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory, log_dir: Path) -> 
     w1 = (rng.standard_normal((FEATURES, 256)) / 8).astype(np.float32)
     w2 = (rng.standard_normal((256, 16)) / 16).astype(np.float32)
     repo = tmp_path_factory.mktemp("batching_repo")
-    dense_model(repo, "mlp_batched", w1, w2, io=IO, max_batch_size=32,
+    dense_model(repo, "mlp_batched", w1, w2, max_batch_size=32,
                  extra="dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
     with running_server(repo, log_dir, "batching") as server:
         yield server, w1, w2
