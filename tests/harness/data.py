@@ -27,12 +27,13 @@ def sample(datatype: str, shape: tuple[int, ...] = (2, 3), *, any_bytes: bool = 
     """
     n = int(np.prod(shape))
     if datatype == "BYTES":
-        values: list[object] = ANY_BYTES if any_bytes else _UTF8_BYTES
+        values = ANY_BYTES if any_bytes else _UTF8_BYTES
         return np.array((values * n)[:n], dtype=object).reshape(shape)
     dtype = _numpy_dtype(datatype)
     if dtype.kind == "b":
         return (np.arange(n) % 3 == 0).reshape(shape)
-    if dtype.kind == "i" or dtype.kind == "u":
+    edges: list[float]
+    if dtype.kind in "iu":
         info = np.iinfo(dtype)
         edges = [info.min, info.max, 0, 1, info.max // 3, info.min // 3 or 7]
     else:
