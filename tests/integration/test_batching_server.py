@@ -10,12 +10,13 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import onnx
 import pytest
 import tritonclient.grpc.aio as tca
-from conftest import ServerProcess
-from onnx import TensorProto, helper
+from conftest import ServerProcess, running_server
 from prometheus_client.parser import text_string_to_metric_families
+
+from harness.clients import infer_input
+from harness.repository import dense_model
 
 CLIENTS = 64
 PER_CLIENT = 8
@@ -23,39 +24,17 @@ FEATURES = 64
 LABELS = (("model", "mlp_batched"), ("version", "1"))
 
 
-def _mlp(path: Path) -> tuple[np.ndarray, np.ndarray]:
+@pytest.fixture(scope="module")
+def batching_server(tmp_path_factory: pytest.TempPathFactory, log_dir: Path) -> Iterator[tuple[ServerProcess, np.ndarray, np.ndarray]]:
+    """``mlp_batched``: FEATURES -> 256 -> ReLU -> 16 on onnxruntime, batched up to 32 with a 20 ms delay."""
     rng = np.random.default_rng(7)
     w1 = (rng.standard_normal((FEATURES, 256)) / 8).astype(np.float32)
     w2 = (rng.standard_normal((256, 16)) / 16).astype(np.float32)
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])
-    inits = [helper.make_tensor(n, TensorProto.FLOAT, w.shape, w.reshape(-1).tolist()) for n, w in (("W1", w1), ("W2", w2))]
-    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("MatMul", ["r", "W2"], ["y"])]
-    model = helper.make_model(helper.make_graph(nodes, "mlp", [x], [y], inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return w1, w2
-
-
-@pytest.fixture(scope="module")
-def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, np.ndarray, np.ndarray]]:
     repo = tmp_path_factory.mktemp("batching_repo")
-    w1, w2 = _mlp(repo / "mlp_batched" / "1" / "model.onnx")
-    (repo / "mlp_batched" / "config.pbtxt").write_text(
-        'name: "mlp_batched"\nbackend: "onnxruntime"\nmax_batch_size: 32\n'
-        f'input [{{ name: "x" data_type: TYPE_FP32 dims: [{FEATURES}] }}]\n'
-        'output [{ name: "y" data_type: TYPE_FP32 dims: [16] }]\n'
-        "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"
-    )
-    server = ServerProcess(repo, tmp_path_factory.mktemp("logs") / "batching.log").start()
-    try:
+    dense_model(repo, "mlp_batched", w1, w2, max_batch_size=32,
+                 extra="dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
+    with running_server(repo, log_dir, "batching") as server:
         yield server, w1, w2
-    finally:
-        code = server.stop()
-    assert code == 0, server.log_tail()
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -75,10 +54,8 @@ def test_concurrent_batch_one_clients_are_merged(batching_server: tuple[ServerPr
     async def client_loop(client: tca.InferenceServerClient, i: int) -> list[np.ndarray]:
         outs = []
         for j in range(PER_CLIENT):
-            inp = tca.InferInput("x", [1, FEATURES], "FP32")
-            inp.set_data_from_numpy(xs[i, j])
-            result = await client.infer("mlp_batched", [inp])
-            outs.append(result.as_numpy("y"))
+            result = await client.infer("mlp_batched", [infer_input(tca, "INPUT", xs[i, j])])
+            outs.append(result.as_numpy("OUTPUT"))
         return outs
 
     async def main() -> list[list[np.ndarray]]:

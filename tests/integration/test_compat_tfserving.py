@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
-import pytest
-from conftest import ServerProcess
 
 
-@pytest.fixture(scope="module")
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.http_url, timeout=10) as c:
-        yield c
-
-
-def test_model_status(http: httpx.Client) -> None:
-    r = http.get("/v1/models/simple")
+def test_model_status(rest: httpx.Client) -> None:
+    r = rest.get("/v1/models/simple")
     assert r.status_code == 200
     assert r.json() == {
         "model_version_status": [{"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]
     }
-    assert http.get("/v1/models/simple/versions/1").status_code == 200
-    r = http.get("/v1/models/half")
+    assert rest.get("/v1/models/simple/versions/1").status_code == 200
+    r = rest.get("/v1/models/half")
     assert r.status_code == 404 and r.json() == {"error": "Servable not found for request: Latest(half)"}
 
 
-def test_metadata(http: httpx.Client) -> None:
-    meta = http.get("/v1/models/simple/metadata").json()
+def test_metadata(rest: httpx.Client) -> None:
+    meta = rest.get("/v1/models/simple/metadata").json()
     assert meta["model_spec"]["name"] == "simple" and meta["model_spec"]["version"] == "1"
     sig = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
     assert sig["inputs"]["INPUT0"]["dtype"] == "DT_INT32"
@@ -35,34 +25,34 @@ def test_metadata(http: httpx.Client) -> None:
     assert set(sig["outputs"]) == {"OUTPUT0", "OUTPUT1"}
 
 
-def test_predict_row_format(http: httpx.Client) -> None:
+def test_predict_row_format(rest: httpx.Client) -> None:
     body = {"signature_name": "serving_default",
             "instances": [{"INPUT0": list(range(16)), "INPUT1": [1] * 16}, {"INPUT0": [5] * 16, "INPUT1": [5] * 16}]}
-    r = http.post("/v1/models/simple:predict", json=body)
+    r = rest.post("/v1/models/simple:predict", json=body)
     assert r.status_code == 200, r.text
     preds = r.json()["predictions"]
     assert preds[0]["OUTPUT0"] == [i + 1 for i in range(16)] and preds[1]["OUTPUT1"] == [0] * 16
-    r = http.post("/v1/models/classify/versions/1:predict", json={"instances": [[1.0, 2.0, 3.0, 4.0]]})
+    r = rest.post("/v1/models/classify/versions/1:predict", json={"instances": [[1.0, 2.0, 3.0, 4.0]]})
     assert r.status_code == 200 and r.json() == {"predictions": [[1.0, 2.0, 3.0, 4.0]]}
 
 
-def test_predict_columnar_format_and_b64(http: httpx.Client) -> None:
-    r = http.post("/v1/models/simple:predict", json={"inputs": {"INPUT0": [[2] * 16], "INPUT1": [[1] * 16]}})
+def test_predict_columnar_format_and_b64(rest: httpx.Client) -> None:
+    r = rest.post("/v1/models/simple:predict", json={"inputs": {"INPUT0": [[2] * 16], "INPUT1": [[1] * 16]}})
     assert r.status_code == 200, r.text
     assert r.json()["outputs"] == {"OUTPUT0": [[3] * 16], "OUTPUT1": [[1] * 16]}
-    r = http.post("/v1/models/echo_bytes:predict", json={"inputs": [[{"b64": "aGVsbG8="}, "world"]]})
+    r = rest.post("/v1/models/echo_bytes:predict", json={"inputs": [[{"b64": "aGVsbG8="}, "world"]]})
     assert r.status_code == 200, r.text
     assert r.json() == {"outputs": [["hello", "world"]]}
 
 
-def test_predict_errors(http: httpx.Client) -> None:
-    r = http.post("/v1/models/simple:predict", json={"instances": [], "inputs": {}})
+def test_predict_errors(rest: httpx.Client) -> None:
+    r = rest.post("/v1/models/simple:predict", json={"instances": [], "inputs": {}})
     assert r.status_code == 400 and "exactly one of 'instances'" in r.json()["error"]
-    r = http.post("/v1/models/simple:predict", json={"signature_name": "other", "instances": [1]})
+    r = rest.post("/v1/models/simple:predict", json={"signature_name": "other", "instances": [1]})
     assert r.status_code == 400 and "unknown signature_name 'other'" in r.json()["error"]
-    r = http.post("/v1/models/simple:predict", json={"instances": [{"INPUT0": [1] * 16}]})
+    r = rest.post("/v1/models/simple:predict", json={"instances": [{"INPUT0": [1] * 16}]})
     assert r.status_code == 400 and "expected the inputs" in r.json()["error"]
-    r = http.post("/v1/models/missing:predict", json={"instances": [1]})
+    r = rest.post("/v1/models/missing:predict", json={"instances": [1]})
     assert r.status_code == 404 and "unknown model 'missing'" in r.json()["error"]
-    r = http.post("/v1/models/simple:classify", json={"examples": []})
+    r = rest.post("/v1/models/simple:classify", json={"examples": []})
     assert r.status_code == 501 and ":classify is not supported" in r.json()["error"]

@@ -11,46 +11,40 @@ from conftest import ServerProcess
 
 
 @pytest.fixture(scope="module")
-def inference(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.http_url, timeout=10) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def management(explicit_server: ServerProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=explicit_server.management_url, timeout=60) as c:
         yield c
 
 
-def test_ping(inference: httpx.Client) -> None:
-    r = inference.get("/ping")
+def test_ping(rest: httpx.Client) -> None:
+    r = rest.get("/ping")
     assert r.status_code == 200 and r.json() == {"status": "Healthy"}
 
 
-def test_predictions_json_object_and_single_example(inference: httpx.Client) -> None:
-    r = inference.post("/predictions/simple", json={"INPUT0": list(range(16)), "INPUT1": [1] * 16})
+def test_predictions_json_object_and_single_example(rest: httpx.Client) -> None:
+    r = rest.post("/predictions/simple", json={"INPUT0": list(range(16)), "INPUT1": [1] * 16})
     assert r.status_code == 200, r.text
     assert r.json() == {"OUTPUT0": [i + 1 for i in range(16)], "OUTPUT1": [i - 1 for i in range(16)]}
-    r = inference.post("/predictions/classify/1", json=[[0.1, 0.2, 0.3, 0.4], [1, 2, 3, 4]])
+    r = rest.post("/predictions/classify/1", json=[[0.1, 0.2, 0.3, 0.4], [1, 2, 3, 4]])
     assert r.status_code == 200, r.text
     np.testing.assert_allclose(r.json(), [[0.1, 0.2, 0.3, 0.4], [1, 2, 3, 4]], rtol=1e-6)
 
 
-def test_predictions_raw_bytes_for_bytes_model(inference: httpx.Client) -> None:
+def test_predictions_raw_bytes_for_bytes_model(rest: httpx.Client) -> None:
     # curl http://localhost:8080/predictions/echo_bytes -T kitten.txt
-    r = inference.put("/predictions/echo_bytes", content=b"hello kitten", headers={"Content-Type": "text/plain"})
+    r = rest.put("/predictions/echo_bytes", content=b"hello kitten", headers={"Content-Type": "text/plain"})
     assert r.status_code == 200, r.text
     assert r.json() == ["hello kitten"]
 
 
-def test_predictions_errors(inference: httpx.Client) -> None:
-    r = inference.post("/predictions/nope", json=[1])
+def test_predictions_errors(rest: httpx.Client) -> None:
+    r = rest.post("/predictions/nope", json=[1])
     assert r.status_code == 404
     assert r.json()["code"] == 404 and r.json()["type"] == "ModelNotFoundException"
     assert "unknown model 'nope'" in r.json()["message"]
-    r = inference.post("/predictions/classify", content=b"\x01\x02", headers={"Content-Type": "application/octet-stream"})
+    r = rest.post("/predictions/classify", content=b"\x01\x02", headers={"Content-Type": "application/octet-stream"})
     assert r.status_code == 400 and "send it as a JSON array" in r.json()["message"]
-    r = inference.post("/predictions/simple", json=[1, 2])
+    r = rest.post("/predictions/simple", json=[1, 2])
     assert r.status_code == 400 and "one key per input" in r.json()["message"]
 
 

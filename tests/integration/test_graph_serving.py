@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -18,6 +19,7 @@ import tritonclient.http as httpclient
 from conftest import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
 
+from harness.clients import infer_input
 from servelab import Engine
 from servelab.graph.export import export_repository
 from servelab.graph.store import build_store
@@ -55,8 +57,8 @@ def sage_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sage_server(sage_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(sage_repo, tmp_path_factory.mktemp("logs"), "sage") as server:
+def sage_server(sage_repo: Path, log_dir: Path) -> Iterator[ServerProcess]:
+    with running_server(sage_repo, log_dir, "sage") as server:
         yield server
 
 
@@ -67,26 +69,20 @@ def expected(sage_repo: Path) -> dict[str, dict[str, np.ndarray]]:
         return {kind: engine.infer("sage", arrays) for kind, arrays in _requests().items()}
 
 
-def _grpc_inputs(arrays: dict[str, np.ndarray]) -> list[grpcclient.InferInput]:
-    inputs = []
-    for name, array in arrays.items():
-        tensor = grpcclient.InferInput(
-            name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32"
-        )
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
+def _inputs(module: Any, arrays: dict[str, np.ndarray]) -> list[Any]:
+    binary = True if module is httpclient else None
+    return [infer_input(module, name, array, binary=binary) for name, array in arrays.items()]
 
 
-def _http_inputs(arrays: dict[str, np.ndarray]) -> list[httpclient.InferInput]:
-    inputs = []
-    for name, array in arrays.items():
-        tensor = httpclient.InferInput(
-            name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32"
-        )
-        tensor.set_data_from_numpy(array, binary_data=True)
-        inputs.append(tensor)
-    return inputs
+def _infer(server: ServerProcess, protocol: str, model: str, arrays: dict[str, np.ndarray]) -> Any:
+    """One request through stock tritonclient over ``protocol`` ("grpc" or "http")."""
+    if protocol == "grpc":
+        with grpcclient.InferenceServerClient(server.grpc_address) as client:
+            assert client.is_model_ready(model)
+            return client.infer(model, _inputs(grpcclient, arrays))
+    with httpclient.InferenceServerClient(server.http_address) as client:
+        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in ("logits", "embeddings")]
+        return client.infer(model, _inputs(httpclient, arrays), outputs=outputs)
 
 
 def _requests() -> dict[str, dict[str, np.ndarray]]:
@@ -101,26 +97,13 @@ def _requests() -> dict[str, dict[str, np.ndarray]]:
 
 
 # every degree is <= the fan-outs, so sampling is deterministic and the fused model must answer the same
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
 @pytest.mark.parametrize("model", ["sage", "sage_fused"])
 @pytest.mark.parametrize("kind", ["plain", "inductive"])
-def test_grpc_answer_equals_the_engine(
-    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str, model: str
+def test_answer_equals_the_engine(
+    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str, model: str, protocol: str
 ) -> None:
-    with grpcclient.InferenceServerClient(sage_server.grpc_address) as client:
-        assert client.is_model_ready(model)
-        result = client.infer(model, _grpc_inputs(_requests()[kind]))
-    for name in ("logits", "embeddings"):
-        np.testing.assert_allclose(result.as_numpy(name), expected[kind][name], rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("model", ["sage", "sage_fused"])
-@pytest.mark.parametrize("kind", ["plain", "inductive"])
-def test_http_answer_equals_the_engine(
-    sage_server: ServerProcess, expected: dict[str, dict[str, np.ndarray]], kind: str, model: str
-) -> None:
-    with httpclient.InferenceServerClient(sage_server.http_address) as client:
-        outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in ("logits", "embeddings")]
-        result = client.infer(model, _http_inputs(_requests()[kind]), outputs=outputs)
+    result = _infer(sage_server, protocol, model, _requests()[kind])
     for name in ("logits", "embeddings"):
         np.testing.assert_allclose(result.as_numpy(name), expected[kind][name], rtol=1e-5, atol=1e-6)
 
@@ -129,19 +112,19 @@ def test_bad_node_id_is_a_client_error_naming_the_id(sage_server: ServerProcess)
     bad = {"node_ids": np.array([5, N + 17], np.int64)}
     grpc_client = grpcclient.InferenceServerClient(sage_server.grpc_address)
     with grpc_client, pytest.raises(InferenceServerException) as grpc_err:
-        grpc_client.infer("sage", _grpc_inputs(bad))
+        grpc_client.infer("sage", _inputs(grpcclient, bad))
     assert grpc_err.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert f"node_ids {N + 17} are outside the graph" in grpc_err.value.message()
     http_client = httpclient.InferenceServerClient(sage_server.http_address)
     with http_client, pytest.raises(InferenceServerException) as http_err:
-        http_client.infer("sage", _http_inputs(bad))
+        http_client.infer("sage", _inputs(httpclient, bad))
     assert http_err.value.status() == "400"
     assert f"node_ids {N + 17} are outside the graph" in http_err.value.message()
 
 
 def test_statistics_show_the_stages(sage_server: ServerProcess) -> None:
     with grpcclient.InferenceServerClient(sage_server.grpc_address) as client:
-        client.infer("sage", _grpc_inputs({"node_ids": IDS}))
+        client.infer("sage", _inputs(grpcclient, {"node_ids": IDS}))
     sampler = httpx.get(f"{sage_server.http_url}/v2/models/graphsage_sampler/stats").json()
     stages = sampler["model_stats"][0]["stages"]
     assert stages["count"] >= 1 and stages["sample_ns"] > 0 and stages["gather_ns"] > 0

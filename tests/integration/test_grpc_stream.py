@@ -1,21 +1,22 @@
-"""gRPC ModelStreamInfer: several requests on one stream, a bad one answered with an error while the
-others succeed, with tritonclient's sync start_stream/async_stream_infer and aio stream_infer."""
+"""gRPC ModelStreamInfer against `servelab serve`: several requests on one stream, a bad one answered
+with an error while the others succeed, with tritonclient's sync start_stream/async_stream_infer and aio
+stream_infer."""
 
 from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import numpy as np
-import pytest
 import tritonclient.grpc as tc
 import tritonclient.grpc.aio as tca
-from grpc_harness import GrpcTestServer, build_test_repository, running_server
+from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
+from harness.clients import simple_inputs as both_inputs
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 
@@ -23,27 +24,15 @@ REQUESTS = 6
 BAD = 3  # index of the request that sends the wrong shape
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcTestServer]:
-    repo = build_test_repository(tmp_path_factory.mktemp("grpc") / "repo")
-    with running_server(repo, load=["simple", "echo_fp32"]) as s:
-        yield s
-
-
 def simple_inputs(i: int, module: Any = tc) -> tuple[list[Any], np.ndarray]:
-    width = 15 if i == BAD else 16
-    a = np.full((1, width), i, dtype=np.int32)
-    inputs = []
-    for name in ("INPUT0", "INPUT1"):
-        inp = module.InferInput(name, [1, width], "INT32")
-        inp.set_data_from_numpy(a)
-        inputs.append(inp)
-    return inputs, a
+    """INPUT0 = INPUT1 = i, one row; request :data:`BAD` is one element short."""
+    a = np.full((1, 15 if i == BAD else 16), i, dtype=np.int32)
+    return both_inputs(module, a, a), a
 
 
-def test_sync_stream_answers_each_request_and_survives_a_bad_one(server: GrpcTestServer) -> None:
+def test_sync_stream_answers_each_request_and_survives_a_bad_one(server: ServerProcess) -> None:
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    with tc.InferenceServerClient(server.address) as client:
+    with tc.InferenceServerClient(server.grpc_address) as client:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))
         try:
             for i in range(REQUESTS):
@@ -63,7 +52,7 @@ def test_sync_stream_answers_each_request_and_survives_a_bad_one(server: GrpcTes
     assert "INPUT0" in errors[0].message() and "[1, 15]" in errors[0].message()
 
 
-def test_aio_stream_infer(server: GrpcTestServer) -> None:
+def test_aio_stream_infer(server: ServerProcess) -> None:
     async def requests() -> AsyncIterator[dict[str, Any]]:
         for i in range(REQUESTS):
             inputs, _ = simple_inputs(i, tca)
@@ -71,16 +60,13 @@ def test_aio_stream_infer(server: GrpcTestServer) -> None:
         yield {"model_name": "no_such_model", "inputs": simple_inputs(0, tca)[0], "request_id": "missing"}
 
     async def run() -> list[tuple[Any, Any]]:
-        client = tca.InferenceServerClient(server.address)
-        try:
+        async with tca.InferenceServerClient(server.grpc_address) as client:
             results = []
             async for result, error in client.stream_infer(requests()):
                 results.append((result, error))
                 if len(results) == REQUESTS + 1:
                     break
             return results
-        finally:
-            await client.close()
 
     got = asyncio.run(run())
     ok = sorted(r.get_response().id for r, e in got if e is None)
@@ -90,16 +76,16 @@ def test_aio_stream_infer(server: GrpcTestServer) -> None:
     assert any("no_such_model" in m for m in errors) and any("[1, 15]" in m for m in errors)
 
 
-def test_stream_error_response_echoes_the_request_id(server: GrpcTestServer) -> None:
+def test_stream_error_response_echoes_the_request_id(server: ServerProcess) -> None:
     """Read with the generated stub: the failed request's id and model come back beside error_message."""
     good = pb.ModelInferRequest(model_name="echo_fp32", id="good")
-    good.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2])
+    good.inputs.add(name="INPUT", datatype="FP32", shape=[1, 2])
     good.raw_input_contents.append(np.ones((1, 2), dtype=np.float32).tobytes())
     bad = pb.ModelInferRequest(model_name="echo_fp32", id="bad")
-    bad.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2])
+    bad.inputs.add(name="INPUT", datatype="FP32", shape=[1, 2])
     bad.raw_input_contents.append(b"\x00" * 3)
 
-    with grpc.insecure_channel(server.address) as channel:
+    with grpc.insecure_channel(server.grpc_address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         responses = list(stub.ModelStreamInfer(iter([good, bad, good]), timeout=10))
     assert len(responses) == 3
@@ -109,20 +95,20 @@ def test_stream_error_response_echoes_the_request_id(server: GrpcTestServer) -> 
     assert [r.error_message for r in by_id["good"]] == ["", ""]
     assert by_id["good"][0].infer_response.raw_output_contents[0] == np.ones(2, dtype=np.float32).tobytes()
     (failed,) = by_id["bad"]
-    assert "INPUT0" in failed.error_message and "needs 8 bytes" in failed.error_message
+    assert "INPUT" in failed.error_message and "needs 8 bytes" in failed.error_message
     assert failed.infer_response.model_name == "echo_fp32"
 
 
-def test_empty_stream_closes_cleanly(server: GrpcTestServer) -> None:
-    with grpc.insecure_channel(server.address) as channel:
+def test_empty_stream_closes_cleanly(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.grpc_address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         assert list(stub.ModelStreamInfer(iter([]), timeout=10)) == []
 
 
-def test_many_stream_requests_are_answered_once_each(server: GrpcTestServer) -> None:
+def test_many_stream_requests_are_answered_once_each(server: ServerProcess) -> None:
     count = 40
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    with tc.InferenceServerClient(server.address) as client:
+    with tc.InferenceServerClient(server.grpc_address) as client:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))
         try:
             for i in range(count):

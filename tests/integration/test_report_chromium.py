@@ -16,11 +16,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
+from harness.repository import tiny_repository
 from servelab.bench.compare import CompareResult, CompareRow, CompareSpec, run_compare
 from servelab.bench.peers.compare_report import COLUMNS, best_cells, write_html
 from servelab.bench.peers.targets import parse_targets
@@ -36,26 +35,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 #: colours the report's CSS and charts paint with (compare_report: td.best, compared targets' bars)
 BEST_CELL_RGB = (0xD9, 0xF2, 0xDD)
 BAR_RGB = (0x3B, 0x6F, 0xC4)
-
-
-def _write_repository(root: Path) -> Path:
-    """``tiny_onnx``: FP32 [4] -> [3], a MatMul with a dynamic batch dim."""
-    x = helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["batch", 4])
-    y = helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", 3])
-    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "W")
-    graph = helper.make_graph([helper.make_node("MatMul", ["INPUT", "W"], ["OUTPUT"])], "tiny", [x], [y], [w])
-    model_dir = root / "tiny_onnx" / "1"
-    model_dir.mkdir(parents=True)
-    onnx.save(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9),
-        model_dir / "model.onnx",
-    )
-    (root / "tiny_onnx" / "config.pbtxt").write_text(
-        'name: "tiny_onnx"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 32\n'
-        'input [ { name: "INPUT", data_type: TYPE_FP32, dims: [4] } ]\n'
-        'output [ { name: "OUTPUT", data_type: TYPE_FP32, dims: [3] } ]\n'
-    )
-    return root
 
 
 class _Dom(html.parser.HTMLParser):
@@ -155,7 +134,7 @@ def test_best_cells_rank_the_compared_targets_not_the_baseline() -> None:
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CompareResult]:
     tmp = tmp_path_factory.mktemp("report")
     spec = CompareSpec(
-        model="tiny", repository=_write_repository(tmp / "repo"), targets=tuple(parse_targets(",".join(TARGETS))),
+        model="tiny", repository=tiny_repository(tmp / "repo"), targets=tuple(parse_targets(",".join(TARGETS))),
         batch_sizes=BATCHES, concurrency=2, baseline="inprocess-ort", measurement_interval_ms=200, max_windows=3,
         warmup_requests=5, max_level_s=10.0,
     )  # fmt: skip

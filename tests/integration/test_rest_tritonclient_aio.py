@@ -11,6 +11,8 @@ import tritonclient.http.aio as aioclient
 from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
+from harness.clients import infer_input, simple_inputs
+
 
 def test_aio_health_metadata_config(server: ServerProcess) -> None:
     async def run() -> None:
@@ -35,9 +37,7 @@ def test_aio_concurrent_infers(server: ServerProcess, binary: bool) -> None:
     async def one(client: aioclient.InferenceServerClient, i: int) -> None:
         a = np.full((1, 16), i, dtype=np.int32)
         b = np.arange(16, dtype=np.int32).reshape(1, 16)
-        inputs = [aioclient.InferInput("INPUT0", [1, 16], "INT32"), aioclient.InferInput("INPUT1", [1, 16], "INT32")]
-        inputs[0].set_data_from_numpy(a, binary_data=binary)
-        inputs[1].set_data_from_numpy(b, binary_data=binary)
+        inputs = simple_inputs(aioclient, a, b, binary=binary)
         outputs = [aioclient.InferRequestedOutput("OUTPUT0", binary_data=binary)]
         result = await client.infer("simple", inputs, outputs=outputs, request_id=str(i))
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
@@ -59,10 +59,8 @@ def test_aio_bf16_fp16_bytes(server: ServerProcess) -> None:
                 "echo_bytes": ("BYTES", np.array([[b"x", b"\x00\x01", b"long" * 100]], dtype=object)),
             }
             for model, (datatype, data) in cases.items():
-                inp = aioclient.InferInput("INPUT", list(data.shape), datatype)
-                inp.set_data_from_numpy(data, binary_data=True)
                 out = aioclient.InferRequestedOutput("OUTPUT", binary_data=True)
-                result = await client.infer(model, [inp], outputs=[out])
+                result = await client.infer(model, [infer_input(aioclient, "INPUT", data, datatype, binary=True)], outputs=[out])
                 got = result.as_numpy("OUTPUT")
                 assert got.dtype == data.dtype
                 np.testing.assert_array_equal(got, data)

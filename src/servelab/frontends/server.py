@@ -8,7 +8,8 @@ Start-up models load in a worker thread, so liveness answers while readiness is 
 or SIGINT stops accepting, lets in-flight requests finish (up to ``exit_timeout_s``), closes the
 registry (which drains every model) and returns; a second SIGINT forces the exit. Port 0 picks a
 free port; the bound ports are in :attr:`Server.ports`, logged, and printed as one line
-``SERVELAB_PORTS {json}`` on stdout.
+``SERVELAB_PORTS {json}`` on stdout; ``SERVELAB_READY {"ready": bool}`` follows once the start-up
+models are loaded (or failed to).
 """
 
 from __future__ import annotations
@@ -177,8 +178,10 @@ class Server:
             await asyncio.to_thread(self.dataplane.startup, list(s.load_models))
         except Exception:
             log.exception("loading the start-up models failed")
-            return
-        log.info("start-up models loaded; ready=%s", self.dataplane.ready())
+        else:
+            log.info("start-up models loaded; ready=%s", self.dataplane.ready())
+        # start-up is over: what a supervisor (or a test) waits on instead of polling /v2/health/ready
+        print("SERVELAB_READY " + json.dumps({"ready": self.dataplane.ready()}), flush=True, file=sys.stdout)
 
     # ----- stop -----
     async def _shutdown(self, tasks: list[asyncio.Task[None]], loader: asyncio.Task[None]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.models import unary_onnx
 from servelab.bench import InputSpec, LoadSpec, TargetSpec, measure_level, run_sweep
 from servelab.bench.nullserver import NullServer
 
@@ -28,22 +28,16 @@ def _upper_s(injected_s: float) -> float:
 
 
 class FakeServer:
+    """bench_fake_oip_server.py as a subprocess; it prints ``PORT <n>`` once it is listening."""
+
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen([sys.executable, str(FAKE), *args], stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line.startswith("PORT "), f"fake server did not start: {line!r}"
         self.url = f"http://127.0.0.1:{int(line.split()[1])}"
-        deadline = time.monotonic() + 20
-        while True:  # readiness is polled; the loop ends on the first 200
-            try:
-                with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
+        with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=10) as resp:
+            assert resp.status == 200
 
     def count(self) -> int:
         with urllib.request.urlopen(f"{self.url}/counter", timeout=5) as resp:
@@ -157,16 +151,7 @@ def test_grpc_client_against_the_null_grpc_endpoint() -> None:
 
 
 def test_inprocess_onnx_target(tmp_path: Path) -> None:
-    import onnx
-    from onnx import TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "relu.onnx"
-    onnx.save(model, str(path))
+    path = unary_onnx(tmp_path / "relu.onnx", "Relu")
     load = LoadSpec(levels=(2,), request_count=60, warmup_requests=2, measurement_interval_ms=200)
     result = run_sweep(TargetSpec("inprocess", str(path)), "relu", load, InputSpec(batch_size=3)).levels[0]
     assert result.summary.completed == 60 and not result.errors

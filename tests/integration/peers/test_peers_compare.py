@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import typer
-from peers_models import write_tiny_repository
 from typer.testing import CliRunner
 
+from harness.repository import tiny_repository
 from servelab.bench.compare import CompareSpec, run_compare
 from servelab.bench.peers.compare_report import write_html
 from servelab.bench.peers.family import find_family
@@ -19,7 +19,7 @@ from servelab.errors import InvalidArgument, NotFound
 
 
 def test_compare_in_process_and_fastapi(tmp_path: Path) -> None:
-    repo = write_tiny_repository(tmp_path / "repo")
+    repo = tiny_repository(tmp_path / "repo")
     spec = CompareSpec(
         model="tiny", repository=repo, targets=tuple(parse_targets("inprocess-ort,fastapi-ort")),
         batch_sizes=(1, 8), concurrency=2, baseline="inprocess-ort", measurement_interval_ms=200, max_windows=3,
@@ -52,7 +52,7 @@ def test_compare_in_process_and_fastapi(tmp_path: Path) -> None:
 
 
 def test_a_target_that_cannot_run_is_reported_not_fatal(tmp_path: Path) -> None:
-    repo = write_tiny_repository(
+    repo = tiny_repository(
         tmp_path / "repo"
     )  # no TorchScript model: servelab-torch has nothing to serve
     spec = CompareSpec(model="tiny_onnx", repository=repo, targets=tuple(parse_targets("servelab-torch")))
@@ -74,7 +74,7 @@ def test_parse_targets() -> None:
 
 
 def test_family_lookup(tmp_path: Path) -> None:
-    repo = write_tiny_repository(tmp_path / "repo")
+    repo = tiny_repository(tmp_path / "repo")
     fam = find_family(repo, "tiny_onnx")
     assert fam.base == "tiny" and set(fam.members) == {"onnxruntime"}
     arts = fam.artefacts("onnxruntime")
@@ -87,7 +87,7 @@ def test_cli_rejects_a_baseline_outside_the_targets(tmp_path: Path) -> None:
     app = typer.Typer()
     compare_cli.register(app)
     app.command("noop")(lambda: None)  # keep "compare" a sub-command
-    repo = write_tiny_repository(tmp_path / "repo")
+    repo = tiny_repository(tmp_path / "repo")
     out = CliRunner().invoke(
         app, ["compare", "tiny", "--repo", str(repo), "--targets", "inprocess-ort", "--baseline", "mlserver"]
     )

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from peers_models import WEIGHTS, write_linear_onnx
 
+from harness.models import dense_onnx
+from harness.repository import TINY_WEIGHTS
 from servelab.bench.net import http_status
 from servelab.bench.peers.base import Endpoint, ModelArtefacts, TensorInfo
 from servelab.bench.peers.fastapi_ort import FastApiOrtPeer
@@ -19,7 +20,7 @@ from servelab.errors import InvalidArgument
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FastApiOrtPeer, Endpoint]]:
-    model = write_linear_onnx(tmp_path_factory.mktemp("fastapi") / "model.onnx")
+    model = dense_onnx(tmp_path_factory.mktemp("fastapi") / "model.onnx", TINY_WEIGHTS)
     arts = ModelArtefacts(
         "linear", (TensorInfo("INPUT", "FP32", (4,)),), (TensorInfo("OUTPUT", "FP32", (3,)),), onnx=model
     )
@@ -36,7 +37,7 @@ def test_infer_returns_the_models_answer(running: tuple[FastApiOrtPeer, Endpoint
     assert status == 200, raw
     out = json.loads(raw)["outputs"][0]
     assert out["name"] == "OUTPUT" and out["shape"] == [5, 3] and out["datatype"] == "FP32"
-    np.testing.assert_allclose(np.array(out["data"]).reshape(5, 3), x @ WEIGHTS, rtol=1e-5)
+    np.testing.assert_allclose(np.array(out["data"]).reshape(5, 3), x @ TINY_WEIGHTS, rtol=1e-5)
 
 
 def test_metadata_health_and_errors(running: tuple[FastApiOrtPeer, Endpoint]) -> None:
@@ -53,7 +54,7 @@ def test_metadata_health_and_errors(running: tuple[FastApiOrtPeer, Endpoint]) ->
 
 
 def test_stop_ends_the_process_group(tmp_path: Path) -> None:
-    model = write_linear_onnx(tmp_path / "model.onnx")
+    model = dense_onnx(tmp_path / "model.onnx", TINY_WEIGHTS)
     arts = ModelArtefacts(
         "m", (TensorInfo("INPUT", "FP32", (4,)),), (TensorInfo("OUTPUT", "FP32", (3,)),), onnx=model
     )

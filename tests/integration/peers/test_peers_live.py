@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from peers_models import WEIGHTS, write_linear_onnx, write_linear_torchscript
 
+from harness.models import dense_onnx, linear_torchscript
+from harness.repository import TINY_WEIGHTS
 from servelab.bench.net import http_status
 from servelab.bench.peers.base import Endpoint, ModelArtefacts, Peer, TensorInfo
 from servelab.errors import Unavailable
@@ -38,7 +39,7 @@ def torchserve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
         pytest.skip("TorchServe needs Java 17: apt-get install -y openjdk-17-jre-headless")
     from servelab.bench.peers.torchserve import TorchServePeer
 
-    pt = write_linear_torchscript(tmp_path_factory.mktemp("ts") / "model.pt")
+    pt = linear_torchscript(tmp_path_factory.mktemp("ts") / "model.pt", TINY_WEIGHTS)
     arts = ModelArtefacts(
         "linear",
         (TensorInfo("INPUT__0", "FP32", (4,)),),
@@ -56,7 +57,7 @@ def torchserve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
 def mlserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     from servelab.bench.peers.mlserver import MLServerPeer
 
-    onnx = write_linear_onnx(tmp_path_factory.mktemp("mls") / "model.onnx")
+    onnx = dense_onnx(tmp_path_factory.mktemp("mls") / "model.onnx", TINY_WEIGHTS)
     arts = ModelArtefacts(
         "linear", (TensorInfo("INPUT", "FP32", (4,)),), (TensorInfo("OUTPUT", "FP32", (3,)),), onnx=onnx
     )
@@ -70,7 +71,7 @@ def test_torchserve_predicts_and_batches(torchserve: Endpoint) -> None:
         f"{torchserve.url}/predictions/linear", "POST", json.dumps({"INPUT__0": X.tolist()}).encode()
     )
     assert status == 200, raw
-    np.testing.assert_allclose(np.array(json.loads(raw)["outputs"]), X @ WEIGHTS, rtol=1e-5)
+    np.testing.assert_allclose(np.array(json.loads(raw)["outputs"]), X @ TINY_WEIGHTS, rtol=1e-5)
     status, raw = http_status(f"{torchserve.extra['management']}/models/linear")
     described = json.loads(raw)[0]
     assert described["batchSize"] == 4 and described["maxBatchDelay"] == 5
@@ -97,7 +98,7 @@ def test_mlserver_rest_and_grpc(mlserver: Endpoint) -> None:
     status, raw = http_status(f"{mlserver.url}/v2/models/linear/infer", "POST", json.dumps(body).encode())
     assert status == 200, raw
     out = json.loads(raw)["outputs"][0]
-    np.testing.assert_allclose(np.array(out["data"]).reshape(out["shape"]), X @ WEIGHTS, rtol=1e-5)
+    np.testing.assert_allclose(np.array(out["data"]).reshape(out["shape"]), X @ TINY_WEIGHTS, rtol=1e-5)
 
     import grpc
 
@@ -108,7 +109,7 @@ def test_mlserver_rest_and_grpc(mlserver: Endpoint) -> None:
         raw = channel.unary_unary(INFER_METHOD)(encode_infer_request("linear", "", {"INPUT": X}), timeout=10)
     reply = grpc_service_pb2.ModelInferResponse.FromString(raw)
     got = np.frombuffer(reply.raw_output_contents[0], dtype=np.float32).reshape(3, 3)
-    np.testing.assert_allclose(got, X @ WEIGHTS, rtol=1e-5)
+    np.testing.assert_allclose(got, X @ TINY_WEIGHTS, rtol=1e-5)
 
 
 def test_mlserver_through_the_bench_client(mlserver: Endpoint) -> None:

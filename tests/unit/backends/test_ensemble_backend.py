@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from backends_testutil import ctx, eager, mlp, rows
 
+from harness.backends import context, export_mlp, mlp, mlp_rows
+from harness.models import eager, write_python_model
 from servelab.backends.base import Backend, Inputs, Outputs
 from servelab.backends.ensemble import EnsembleBackend
 from servelab.backends.onnxruntime import OnnxRuntimeBackend
 from servelab.backends.python import PythonBackend
-from servelab.convert.export import export_onnx
 from servelab.errors import InvalidArgument, NotFound, ServelabError
 from servelab.protocol import model_config_pb2 as mc
 
@@ -44,16 +42,15 @@ def _ensemble_config(reverse: bool = False) -> mc.ModelConfig:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Backend]:
     root = tmp_path_factory.mktemp("ens")
-    export_onnx(mlp(), torch.zeros(2, 16), root / "mlp" / "1" / "model.onnx", ["x"], ["y"])
+    export_mlp("onnx", root / "mlp" / "1")
     ort_config = mc.ModelConfig(name="mlp")
     OnnxRuntimeBackend.autocomplete(ort_config, root / "mlp" / "1")
-    (root / "scale" / "1").mkdir(parents=True)
-    (root / "scale" / "1" / "model.py").write_text(textwrap.dedent(SCALE))
+    write_python_model(root / "scale", SCALE)
     py_config = mc.ModelConfig(name="scale", max_batch_size=8)
     py_config.output.add(name="SCALED", data_type=mc.TYPE_FP32, dims=[8])
     backends: dict[str, Backend] = {
-        "mlp": OnnxRuntimeBackend(ctx(root / "mlp" / "1", ort_config, name="mlp")),
-        "scale": PythonBackend(ctx(root / "scale" / "1", py_config, name="scale")),
+        "mlp": OnnxRuntimeBackend(context(ort_config, root / "mlp" / "1", name="mlp")),
+        "scale": PythonBackend(context(py_config, root / "scale" / "1", name="scale")),
     }
     for backend in backends.values():
         backend.load()
@@ -69,7 +66,7 @@ def _ensemble(
             raise NotFound(f"model '{name}' not found")
         return models[name].infer(inputs)
 
-    backend = EnsembleBackend(ctx(Path("/nonexistent"), config, name="pipe", infer=infer))
+    backend = EnsembleBackend(context(config, Path("/nonexistent"), name="pipe", infer=infer))
     backend.load()
     return backend
 
@@ -78,7 +75,7 @@ def _ensemble(
 def test_two_step_dag_runs_in_dependency_order(models: dict[str, Backend], reverse: bool) -> None:
     calls: list[tuple[str, str]] = []
     backend = _ensemble(models, _ensemble_config(reverse), calls)
-    x = rows(4)
+    x = mlp_rows(4)
     out = backend.infer({"X": x})
     hidden = eager(mlp(), x)
     np.testing.assert_allclose(out["Z"], hidden * 10, atol=1e-4, rtol=0)
@@ -92,13 +89,13 @@ def test_two_step_dag_runs_in_dependency_order(models: dict[str, Backend], rever
 
 def test_execute_three_requests_and_a_failing_step(models: dict[str, Backend]) -> None:
     backend = _ensemble(models, _ensemble_config(), [])
-    reqs = [{"X": rows(n, seed=n)} for n in (1, 2, 3)]
+    reqs = [{"X": mlp_rows(n, seed=n)} for n in (1, 2, 3)]
     for req, res in zip(reqs, backend.execute(reqs), strict=True):
         assert isinstance(res, dict)
         np.testing.assert_allclose(res["Z"], eager(mlp(), req["X"]) * 10, atol=1e-4, rtol=0)
     config = _ensemble_config()
     config.ensemble_scheduling.step[1].model_name = "gone"
-    (result,) = _ensemble(models, config, []).execute([{"X": rows(1)}])
+    (result,) = _ensemble(models, config, []).execute([{"X": mlp_rows(1)}])
     assert isinstance(result, NotFound) and "gone" in result.message
 
 
@@ -140,6 +137,6 @@ def test_graph_errors_name_tensor_and_step(models: dict[str, Backend], edit: str
 
 
 def test_needs_ctx_infer() -> None:
-    backend = EnsembleBackend(ctx(Path("/nonexistent"), _ensemble_config(), name="pipe"))
+    backend = EnsembleBackend(context(_ensemble_config(), Path("/nonexistent"), name="pipe"))
     with pytest.raises(ServelabError, match=r"needs the server's infer function \(ctx.infer\)"):
         backend.load()

@@ -1,68 +1,40 @@
-"""OnnxRuntimeBackend: parity with torch eager, every datatype, auto-complete, execute, parameters."""
+"""OnnxRuntimeBackend: every datatype, auto-complete, execute, parameters (parity with torch eager:
+test_mlp_every_runtime)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-import torch
-from backends_testutil import ONNX_TYPES, ctx, eager, identity_onnx, mlp, rows
 from onnx import TensorProto, helper
 
+from harness.backends import assert_like_eager, context, loaded, mlp_rows
+from harness.data import sample
+from harness.models import DTYPES, XY, save_onnx, tensor, unary_onnx
 from servelab.backends.onnxruntime import OnnxRuntimeBackend
-from servelab.convert.export import export_onnx
 from servelab.errors import InternalError, InvalidArgument, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.types import DataType
 
 
-@pytest.fixture(scope="module")
-def mlp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    version_dir = tmp_path_factory.mktemp("ort") / "1"
-    export_onnx(mlp(), torch.zeros(2, 16), version_dir / "model.onnx", ["x"], ["y"])
-    return version_dir
-
-
 def _loaded(version_dir: Path, config: mc.ModelConfig | None = None) -> OnnxRuntimeBackend:
-    config = config or mc.ModelConfig(name="m", backend="onnxruntime")
-    OnnxRuntimeBackend.autocomplete(config, version_dir)
-    backend = OnnxRuntimeBackend(ctx(version_dir, config))
-    backend.load()
-    return backend
+    return loaded(OnnxRuntimeBackend, version_dir, config or mc.ModelConfig(name="m", backend="onnxruntime"))
 
 
-@pytest.mark.parametrize("batch", [1, 32])
-def test_mlp_matches_torch_eager(mlp_dir: Path, batch: int) -> None:
-    backend = _loaded(mlp_dir)
-    x = rows(batch)
-    out = backend.infer({"x": x})
-    assert list(out) == ["y"] and out["y"].shape == (batch, 8)
-    np.testing.assert_allclose(out["y"], eager(mlp(), x), atol=1e-5, rtol=0)
-
-
-def test_autocomplete_fills_everything(mlp_dir: Path) -> None:
-    config = mc.ModelConfig(name="m")
-    OnnxRuntimeBackend.autocomplete(config, mlp_dir)
-    assert config.max_batch_size == 4
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [("x", mc.TYPE_FP32, [16])]
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [("y", mc.TYPE_FP32, [8])]
-
-
-def test_autocomplete_keeps_what_the_user_wrote(mlp_dir: Path) -> None:
+def test_autocomplete_keeps_what_the_user_wrote(onnx_dir: Path) -> None:
     config = mc.ModelConfig(name="m", max_batch_size=64)
     config.output.add(name="y", data_type=mc.TYPE_FP32, dims=[-1])
-    OnnxRuntimeBackend.autocomplete(config, mlp_dir)
+    OnnxRuntimeBackend.autocomplete(config, onnx_dir)
     assert config.max_batch_size == 64
     assert list(config.output[0].dims) == [-1]
     assert [t.name for t in config.input] == ["x"]
 
 
-def test_autocomplete_full_rank_dims_mean_no_batching(mlp_dir: Path) -> None:
+def test_autocomplete_full_rank_dims_mean_no_batching(onnx_dir: Path) -> None:
     config = mc.ModelConfig(name="m")
     config.input.add(name="x", data_type=mc.TYPE_FP32, dims=[-1, 16])
-    OnnxRuntimeBackend.autocomplete(config, mlp_dir)
+    OnnxRuntimeBackend.autocomplete(config, onnx_dir)
     assert config.max_batch_size == 0
     assert list(config.output[0].dims) == [-1, 8]
 
@@ -89,16 +61,16 @@ def test_autocomplete_full_rank_dims_mean_no_batching(mlp_dir: Path) -> None:
     ],
 )
 def test_autocomplete_mismatch_names_tensor_and_values(
-    mlp_dir: Path, tensor: mc.ModelInput, match: str
+    onnx_dir: Path, tensor: mc.ModelInput, match: str
 ) -> None:
     config = mc.ModelConfig(name="m", max_batch_size=8)
     config.input.append(tensor)
     with pytest.raises(InvalidArgument, match=match):
-        OnnxRuntimeBackend.autocomplete(config, mlp_dir)
+        OnnxRuntimeBackend.autocomplete(config, onnx_dir)
 
 
 def test_autocomplete_batching_config_on_fixed_model(tmp_path: Path) -> None:
-    identity_onnx(tmp_path / "model.onnx", ONNX_TYPES["FP32"], [3, 4])
+    unary_onnx(tmp_path / "model.onnx", dims=[3, 4], io=XY)
     config = mc.ModelConfig(name="m", max_batch_size=8)
     with pytest.raises(InvalidArgument, match="tensor 'x' has a fixed first dimension"):
         OnnxRuntimeBackend.autocomplete(config, tmp_path)
@@ -107,45 +79,31 @@ def test_autocomplete_batching_config_on_fixed_model(tmp_path: Path) -> None:
     assert config.max_batch_size == 0 and list(config.input[0].dims) == [3, 4]
 
 
-def _sample(dtype: DataType) -> np.ndarray:
-    if dtype is DataType.BYTES:
-        return np.array([[b"a", b"\xc3\xa9t\xc3\xa9", b""], [b"x", b"y", b"zz"]], dtype=object)
-    return (np.arange(6).reshape(2, 3) % 2 if dtype is DataType.BOOL else np.arange(6).reshape(2, 3)).astype(
-        dtype.numpy_dtype
-    )
-
-
-@pytest.mark.parametrize("name", list(ONNX_TYPES))
+@pytest.mark.parametrize("name", list(DTYPES))
 def test_identity_echoes_every_datatype(tmp_path: Path, name: str) -> None:
-    identity_onnx(tmp_path / "model.onnx", ONNX_TYPES[name], ["batch", 3])
+    unary_onnx(tmp_path / "model.onnx", elem_type=DTYPES[name], dims=["batch", 3], io=XY)
     backend = _loaded(tmp_path)
     dtype = DataType(name)
     assert backend.config.input[0].data_type == mc.DataType.Value(dtype.triton_name)
-    x = _sample(dtype)
+    x = sample(name)
     y = backend.infer({"x": x})["y"]
     assert y.dtype == dtype.numpy_dtype and y.shape == x.shape
     assert y.tobytes() == x.tobytes() if dtype is not DataType.BYTES else y.tolist() == x.tolist()
 
 
-def test_execute_splits_rows_and_isolates_a_bad_request(mlp_dir: Path) -> None:
-    backend = _loaded(mlp_dir)
-    reqs = [{"x": rows(n, seed=n)} for n in (1, 3, 5)]
-    results = backend.execute(reqs)
-    for req, res in zip(reqs, results, strict=True):
+def test_execute_splits_rows_and_isolates_a_bad_request(onnx_dir: Path) -> None:
+    backend = _loaded(onnx_dir)
+    reqs = [{"x": mlp_rows(n, seed=n)} for n in (1, 3, 5)]
+    for req, res in zip(reqs, backend.execute(reqs), strict=True):
         assert isinstance(res, dict)
-        np.testing.assert_allclose(res["y"], eager(mlp(), req["x"]), atol=1e-5, rtol=0)
+        assert_like_eager(res["y"], req["x"])
 
 
 def test_a_request_that_fails_at_run_time_fails_alone(tmp_path: Path) -> None:
     table = helper.make_tensor("table", TensorProto.FLOAT, [4, 2], np.arange(8, dtype=np.float32).tolist())
-    idx = helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch"])
-    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 2])
-    graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "idx"], ["out"])], "g", [idx], [out], [table]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(tmp_path / "model.onnx"))
+    gather = helper.make_node("Gather", ["table", "idx"], ["out"])
+    idx, out = tensor("idx", TensorProto.INT64, ["batch"]), tensor("out", TensorProto.FLOAT, ["batch", 2])
+    save_onnx(tmp_path / "model.onnx", [gather], [idx], [out], [table])
     backend = _loaded(tmp_path)
     assert backend.config.max_batch_size == 4 and list(backend.config.input[0].dims) == []
     good = [{"idx": np.array([0, 3])}, {"idx": np.array([1])}]
@@ -157,7 +115,7 @@ def test_a_request_that_fails_at_run_time_fails_alone(tmp_path: Path) -> None:
     np.testing.assert_array_equal(results[2]["out"], [[2, 3]])
 
 
-def test_parameters_are_applied_and_checked(mlp_dir: Path) -> None:
+def test_parameters_are_applied_and_checked(onnx_dir: Path) -> None:
     config = mc.ModelConfig(name="m")
     for key, value in {
         "intra_op_thread_count": "2",
@@ -166,23 +124,23 @@ def test_parameters_are_applied_and_checked(mlp_dir: Path) -> None:
         "allow_spinning": "0",
     }.items():
         config.parameters[key].string_value = value
-    backend = _loaded(mlp_dir, config)
+    backend = _loaded(onnx_dir, config)
     assert backend.session is not None
     assert backend.session.get_session_options().intra_op_num_threads == 2
-    assert backend.infer({"x": rows(2)})["y"].shape == (2, 8)
+    assert backend.infer({"x": mlp_rows(2)})["y"].shape == (2, 8)
     config.parameters["graph_optimization_level"].string_value = "max"
     with pytest.raises(InvalidArgument, match=r"graph_optimization_level.*'max'"):
-        OnnxRuntimeBackend(ctx(mlp_dir, config)).load()
+        OnnxRuntimeBackend(context(config, onnx_dir)).load()
     config.parameters["graph_optimization_level"].string_value = "all"
     config.parameters["execution_providers"].string_value = "NoSuchExecutionProvider"
     with pytest.raises(Unsupported, match="NoSuchExecutionProvider"):
-        OnnxRuntimeBackend(ctx(mlp_dir, config)).load()
+        OnnxRuntimeBackend(context(config, onnx_dir)).load()
 
 
-def test_gpu_instance_group_falls_back_to_cpu_here(mlp_dir: Path) -> None:
+def test_gpu_instance_group_falls_back_to_cpu_here(onnx_dir: Path) -> None:
     config = mc.ModelConfig(name="m")
     config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU)
-    backend = _loaded(mlp_dir, config)
+    backend = _loaded(onnx_dir, config)
     assert backend.session is not None
     assert "CPUExecutionProvider" in backend.session.get_providers()
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from backends_testutil import ctx
 
+from harness.backends import context
 from servelab.backends import backend_class
 from servelab.backends.tensorflow import TensorFlowBackend
 from servelab.backends.tensorrt import TensorRTBackend
@@ -29,7 +29,7 @@ def test_missing_library_names_the_pip_extra(
 ) -> None:
     monkeypatch.setitem(sys.modules, library, None)  # makes `import library` raise ImportError
     (tmp_path / cls.default_filename).mkdir()
-    backend = cls(ctx(tmp_path, mc.ModelConfig(name="m")))
+    backend = cls(context(mc.ModelConfig(name="m"), tmp_path))
     with pytest.raises(Unsupported, match=re.escape(f"pip install '{extra}'")):
         backend.load()
     with pytest.raises(Unsupported, match=library):
@@ -66,7 +66,7 @@ def test_tensorflow_savedmodel_round_trip(tmp_path: Path) -> None:
         ("y", mc.TYPE_FP32, (4,)),
         ("n", mc.TYPE_INT64, (1,)),
     }
-    backend = TensorFlowBackend(ctx(tmp_path, config))
+    backend = TensorFlowBackend(context(config, tmp_path))
     backend.load()
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     out = backend.infer({"x": x})
@@ -93,7 +93,7 @@ def test_tensorrt_engine_round_trip(tmp_path: Path) -> None:
     config = mc.ModelConfig(name="m")
     TensorRTBackend.autocomplete(config, tmp_path)
     assert config.max_batch_size == 4 and list(config.input[0].dims) == [4]
-    backend = TensorRTBackend(ctx(tmp_path, config))
+    backend = TensorRTBackend(context(config, tmp_path))
     backend.load()
     data = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(backend.infer({"x": data})["y"], data)

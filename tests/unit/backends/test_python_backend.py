@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from backends_testutil import ctx
 
+from harness.backends import context
+from harness.models import write_python_model
 from servelab.backends.python import PythonBackend
 from servelab.errors import InternalError, InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
@@ -43,15 +44,13 @@ class TritonPythonModel:
 
 
 def _backend(tmp_path: Path, source: str, config: mc.ModelConfig | None = None) -> PythonBackend:
-    version_dir = tmp_path / "echo" / "1"
-    version_dir.mkdir(parents=True)
-    (version_dir / "model.py").write_text(textwrap.dedent(source))
+    version_dir = write_python_model(tmp_path / "echo", textwrap.dedent(source)).parent
     if config is None:
         config = mc.ModelConfig(name="echo", backend="python", max_batch_size=8)
         config.input.add(name="IN", data_type=mc.TYPE_STRING, dims=[-1])
         config.output.add(name="OUT", data_type=mc.TYPE_STRING, dims=[-1])
         config.output.add(name="ROWS", data_type=mc.TYPE_INT64, dims=[1])
-    backend = PythonBackend(ctx(version_dir, config, name="echo"))
+    backend = PythonBackend(context(config, version_dir, name="echo"))
     backend.load()
     return backend
 

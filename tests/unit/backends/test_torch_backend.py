@@ -1,4 +1,5 @@
-"""TorchBackend: TorchScript and torch.export parity, auto-complete, the probe and its error, BF16."""
+"""TorchBackend: auto-complete, the probe and its error, BF16, execute (parity with torch eager:
+test_mlp_every_runtime)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from backends_testutil import ctx, eager, mlp, rows
 
+from harness.backends import assert_like_eager, context, loaded, mlp_rows
 from servelab.backends.torch import TorchBackend
-from servelab.convert.export import export_torch_program, export_torchscript
+from servelab.convert.export import export_torchscript
 from servelab.errors import InvalidArgument, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 
@@ -23,20 +24,6 @@ class TwoHeads(torch.nn.Module):
         return (x * scale).sum(dim=1, keepdim=True).double(), x.to(torch.int32)
 
 
-@pytest.fixture(scope="module")
-def script_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    version_dir = tmp_path_factory.mktemp("ts") / "1"
-    export_torchscript(mlp(), torch.zeros(2, 16), version_dir / "model.pt")
-    return version_dir
-
-
-@pytest.fixture(scope="module")
-def program_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    version_dir = tmp_path_factory.mktemp("pt2") / "1"
-    export_torch_program(mlp(), torch.zeros(1, 16), version_dir / "model.pt2")
-    return version_dir
-
-
 def _mlp_config(**kw: object) -> mc.ModelConfig:
     config = mc.ModelConfig(name="m", backend="pytorch", max_batch_size=32, **kw)  # type: ignore[arg-type]
     config.input.add(name="INPUT__0", data_type=mc.TYPE_FP32, dims=[16])
@@ -44,34 +31,7 @@ def _mlp_config(**kw: object) -> mc.ModelConfig:
 
 
 def _loaded(version_dir: Path, config: mc.ModelConfig) -> TorchBackend:
-    TorchBackend.autocomplete(config, version_dir)
-    backend = TorchBackend(ctx(version_dir, config))
-    backend.load()
-    return backend
-
-
-@pytest.mark.parametrize("batch", [1, 32])
-def test_torchscript_matches_eager(script_dir: Path, batch: int) -> None:
-    backend = _loaded(script_dir, _mlp_config())
-    x = rows(batch)
-    out = backend.infer({"INPUT__0": x})
-    np.testing.assert_allclose(out["OUTPUT__0"], eager(mlp(), x), atol=1e-5, rtol=0)
-
-
-@pytest.mark.parametrize("batch", [1, 32])
-def test_torch_export_matches_eager(program_dir: Path, batch: int) -> None:
-    backend = _loaded(program_dir, mc.ModelConfig(name="m", platform="torch_export"))
-    x = rows(batch)
-    out = backend.infer({"input": x})
-    np.testing.assert_allclose(out["OUTPUT__0"], eager(mlp(), x), atol=1e-5, rtol=0)
-
-
-def test_autocomplete_from_torch_export(program_dir: Path) -> None:
-    config = mc.ModelConfig(name="m")
-    TorchBackend.autocomplete(config, program_dir)
-    assert config.max_batch_size == 4
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [("input", mc.TYPE_FP32, [16])]
-    assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [("OUTPUT__0", mc.TYPE_FP32, [8])]
+    return loaded(TorchBackend, version_dir, config)
 
 
 def test_autocomplete_torch_export_renames_by_position_and_checks(program_dir: Path) -> None:
@@ -142,12 +102,12 @@ def test_bytes_inputs_are_refused(script_dir: Path) -> None:
     config.input.add(name="INPUT__0", data_type=mc.TYPE_STRING, dims=[1])
     config.output.add(name="OUTPUT__0", data_type=mc.TYPE_FP32, dims=[8])
     with pytest.raises(Unsupported, match="BYTES"):
-        TorchBackend(ctx(script_dir, config)).load()
+        TorchBackend(context(config, script_dir)).load()
 
 
 def test_execute_three_requests(script_dir: Path) -> None:
     backend = _loaded(script_dir, _mlp_config())
-    reqs = [{"INPUT__0": rows(n, seed=n)} for n in (2, 1, 4)]
+    reqs = [{"INPUT__0": mlp_rows(n, seed=n)} for n in (2, 1, 4)]
     for req, res in zip(reqs, backend.execute(reqs), strict=True):
         assert isinstance(res, dict)
-        np.testing.assert_allclose(res["OUTPUT__0"], eager(mlp(), req["INPUT__0"]), atol=1e-5, rtol=0)
+        assert_like_eager(res["OUTPUT__0"], req["INPUT__0"])

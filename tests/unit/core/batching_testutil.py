@@ -1,27 +1,34 @@
 """Backends and configs the scheduling tests share (imported by name: the test folder is on sys.path).
 
-:class:`TimedBackend` sleeps a known time per call and doubles its input, so timing-sensitive tests do
-not depend on a runtime's speed; it records each call's batch so tests can see what was merged.
+:class:`DoublingBackend` answers y = 2x and records each call's batch, so tests see what was merged;
+given a :class:`harness.gates.ThreadGate`, a call whose rows start with :data:`HOLD` waits at the gate,
+so a test holds an instance busy for exactly as long as it needs (never for a guessed time).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
 
+from harness.backends import context
+from harness.data import rows
+from harness.gates import ThreadGate
 from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
 from servelab.core.stats import ModelStats
 from servelab.errors import InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
 
+__all__ = [
+    "FEATURES", "HOLD", "ChildFailingBackend", "DoublingBackend", "GilBackend", "config", "context", "doubling",
+    "rows", "stats",
+]  # fmt: skip
+
 FEATURES = 4
+#: first value of a request that a gated DoublingBackend holds at its gate
+HOLD = 1.0
 
 
 def config(
@@ -61,20 +68,14 @@ def config(
     return cfg
 
 
-def context(cfg: mc.ModelConfig, version_dir: Path | None = None) -> BackendContext:
-    return BackendContext("m", 1, version_dir or Path("."), cfg, threads=1)
+class DoublingBackend(Backend):
+    """y = 2x; a row holding NaN fails the whole call; with a gate, calls starting with HOLD wait there."""
 
+    kind: ClassVar[str] = "doubling"
 
-class TimedBackend(Backend):
-    """y = 2x after sleeping ``delay_s`` per call; a row holding NaN fails the whole call."""
-
-    kind: ClassVar[str] = "timed"
-
-    def __init__(self, ctx: BackendContext, delay_s: float = 0.0, sleep_from_input: bool = False) -> None:
+    def __init__(self, ctx: BackendContext, gate: ThreadGate | None = None) -> None:
         super().__init__(ctx)
-        self.delay_s = delay_s
-        #: sleep max(x[:, 0]) seconds instead (lets one request be slow and another fast)
-        self.sleep_from_input = sleep_from_input
+        self.gate = gate
         self.batches: list[int] = []
         self.calls = 0
         self._lock = threading.Lock()
@@ -87,13 +88,15 @@ class TimedBackend(Backend):
         with self._lock:
             self.calls += 1
             self.batches.append(len(x))
-        if self.sleep_from_input:
-            time.sleep(float(np.nanmax(x[:, 0])))
-        elif self.delay_s:
-            time.sleep(self.delay_s)
+        held = self.gate is not None and x[0, 0] == HOLD
+        if held:
+            self.gate.hold()  # type: ignore[union-attr]
         if np.isnan(x).any():
             raise InvalidArgument("NaN in input x")
-        return {"y": x * 2.0}
+        y = x * 2.0
+        if self.gate is not None and not held:
+            self.gate.passing()
+        return {"y": y}
 
 
 class GilBackend(Backend):
@@ -122,29 +125,10 @@ class ChildFailingBackend(GilBackend):
             raise RuntimeError("cannot open the model file")
 
 
-def timed(cfg: mc.ModelConfig, n: int = 1, delay_s: float = 0.0, sleep_from_input: bool = False) -> list[TimedBackend]:
-    return [TimedBackend(context(cfg), delay_s, sleep_from_input) for _ in range(n)]
+def doubling(cfg: mc.ModelConfig, n: int = 1, gate: ThreadGate | None = None) -> list[DoublingBackend]:
+    """``n`` instances of model 'm' sharing ``gate``."""
+    return [DoublingBackend(context(cfg), gate) for _ in range(n)]
 
 
 def stats() -> ModelStats:
     return ModelStats("m", 1)
-
-
-def rows(n: int, value: float | None = None, seed: int = 0) -> np.ndarray:
-    if value is not None:
-        return np.full((n, FEATURES), value, dtype=np.float32)
-    return np.random.default_rng(seed).standard_normal((n, FEATURES)).astype(np.float32)
-
-
-def linear_onnx(path: Path, features_in: int = FEATURES, features_out: int = 3, seed: int = 0) -> np.ndarray:
-    """An ONNX model y = x @ W (batch dim symbolic); returns W for reference answers."""
-    w = np.random.default_rng(seed).standard_normal((features_in, features_out)).astype(np.float32)
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features_in])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", features_out])
-    init = helper.make_tensor("W", TensorProto.FLOAT, w.shape, w.reshape(-1).tolist())
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "linear", [x], [y], [init])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return w

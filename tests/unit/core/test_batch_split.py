@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-from batching_testutil import FEATURES, config, stats, timed
+from batching_testutil import FEATURES, config, doubling, stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +38,7 @@ def test_split_of_concat_returns_each_requests_rows(counts: list[int]) -> None:
 @given(row_counts)
 @settings(max_examples=60, deadline=None)
 def test_timed_execution_returns_each_requests_answer(counts: list[int]) -> None:
-    backend = timed(config(max_batch_size=64))[0]
+    backend = doubling(config(max_batch_size=64))[0]
     requests = _requests(counts)
     results, *_ = execute_timed(backend, requests)
     assert backend.calls == 1
@@ -51,7 +51,7 @@ def test_timed_execution_returns_each_requests_answer(counts: list[int]) -> None
 @settings(max_examples=25, deadline=None)
 def test_batcher_answers_each_request_with_its_own_rows(counts: list[int]) -> None:
     cfg = config(max_batch_size=8, delay_us=2_000)
-    backends = timed(cfg)
+    backends = doubling(cfg)
     batcher = make_scheduler(backends, stats(), cfg)
     requests = _requests([min(c, 8) for c in counts])
 

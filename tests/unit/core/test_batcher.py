@@ -1,6 +1,7 @@
 """The dynamic batcher, in the manner of Ray Serve's batching tests: delays, sizes, order, priorities,
-timeouts, cancellation, error fan-out and overload. A backend that sleeps a known time stands in for
-a runtime where timing matters; every answer is checked against the unbatched one (y = 2x)."""
+timeouts, cancellation, error fan-out and overload. Where a test needs an instance busy, a request
+starting with HOLD waits at a ThreadGate until the test opens it (no guessed durations); every answer
+is checked against the unbatched one (y = 2x)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from batching_testutil import config, rows, stats, timed
+from batching_testutil import HOLD, config, doubling, rows, stats
 
+from harness.gates import ThreadGate
 from servelab.core.batching import DynamicBatcher, make_scheduler
 from servelab.errors import InvalidArgument, ResourceExhausted, Unavailable
 
@@ -25,10 +27,9 @@ def batchers() -> Iterator[list[DynamicBatcher]]:
         b.close()
 
 
-def build(made: list[DynamicBatcher], n: int = 1, delay_s: float = 0.0, sleepy: bool = False,
-          **cfg: Any) -> DynamicBatcher:
+def build(made: list[DynamicBatcher], n: int = 1, gate: ThreadGate | None = None, **cfg: Any) -> DynamicBatcher:
     c = config(**cfg)
-    b = make_scheduler(timed(c, n, delay_s, sleepy), stats(), c)
+    b = make_scheduler(doubling(c, n, gate), stats(), c)
     assert isinstance(b, DynamicBatcher)
     made.append(b)
     return b
@@ -120,8 +121,32 @@ def test_requests_of_different_shapes_do_not_share_a_batch(batchers: list[Dynami
     assert batches(b) == [2, 1]  # a shape change ends the batch (one concatenate per input)
 
 
-def _completion_order(b: DynamicBatcher, plan: list[tuple[str, np.ndarray, dict[str, Any]]],
-                      gap_s: float = 0.03) -> list[str]:
+HELD = rows(1, value=HOLD)  # waits at the gate
+FREE = rows(1, value=0.0)  # does not
+
+
+async def _step() -> None:
+    """One pass of the event loop: tasks created before it have submitted their requests."""
+    await asyncio.sleep(0)
+
+
+async def _submit(b: DynamicBatcher, x: np.ndarray, params: dict[str, Any] | None = None) -> asyncio.Task[Any]:
+    task = asyncio.create_task(b.run_async({"x": x}, params or {}))
+    await _step()
+    return task
+
+
+async def _hold_instance(b: DynamicBatcher, gate: ThreadGate, count: int = 1) -> asyncio.Task[Any]:
+    """A request that occupies an instance until ``gate`` opens (returned once it is executing)."""
+    blocker = await _submit(b, HELD)
+    await gate.entered_async(count)
+    return blocker
+
+
+def _completion_order(b: DynamicBatcher, gate: ThreadGate, plan: list[tuple[str, np.ndarray, dict[str, Any]]],
+                      before_open: Callable[[], Awaitable[None]] | None = None) -> list[str]:
+    """The order in which a blocker (held at ``gate``) and then ``plan`` complete, ``plan`` queued
+    behind the blocker; ``before_open`` runs while everything waits."""
     order: list[str] = []
 
     async def one(name: str, x: np.ndarray, params: dict[str, Any]) -> None:
@@ -129,10 +154,14 @@ def _completion_order(b: DynamicBatcher, plan: list[tuple[str, np.ndarray, dict[
         order.append(name)
 
     async def main() -> None:
-        tasks = []
+        tasks = [asyncio.create_task(one("blocker", HELD, {}))]
+        await gate.entered_async()
         for name, x, params in plan:
             tasks.append(asyncio.create_task(one(name, x, params)))
-            await asyncio.sleep(gap_s)
+            await _step()
+        if before_open is not None:
+            await before_open()
+        gate.open()
         await asyncio.gather(*tasks)
 
     run(main)
@@ -143,83 +172,114 @@ def _completion_order(b: DynamicBatcher, plan: list[tuple[str, np.ndarray, dict[
 def test_preserve_ordering_hands_results_back_in_batch_order(
     batchers: list[DynamicBatcher], preserve: bool
 ) -> None:
-    b = build(batchers, n=2, sleepy=True, max_batch_size=1, delay_us=0, preserve_ordering=preserve)
-    order = _completion_order(b, [("slow", rows(1, 0.3), {}), ("fast", rows(1, 0.0), {})])
-    assert order == (["slow", "fast"] if preserve else ["fast", "slow"])
+    gate = ThreadGate()
+    b = build(batchers, n=2, gate=gate, max_batch_size=1, delay_us=0, preserve_ordering=preserve)
+
+    async def main() -> list[str]:
+        order: list[str] = []
+        slow = await _hold_instance(b, gate)  # formed first, held on one instance
+        slow.add_done_callback(lambda _: order.append("slow"))
+        fast = await _submit(b, FREE)  # formed second, runs at once on the other
+        fast.add_done_callback(lambda _: order.append("fast"))
+        await gate.passed_async()  # fast has been computed
+        if preserve:
+            done, _ = await asyncio.wait({fast}, timeout=0.3)
+            assert not done, "fast was handed back before the batch formed ahead of it"
+        else:
+            await asyncio.wait_for(asyncio.shield(fast), timeout=30)  # back while slow is still held
+        gate.open()
+        await asyncio.gather(slow, fast)
+        return order
+
+    assert run(main) == (["slow", "fast"] if preserve else ["fast", "slow"])
 
 
 def test_higher_priority_is_served_first(batchers: list[DynamicBatcher]) -> None:
-    b = build(batchers, sleepy=True, max_batch_size=1, delay_us=0, priority_levels=2, default_priority=2)
-    order = _completion_order(b, [
-        ("blocker", rows(1, 0.25), {}),
-        ("low-1", rows(1, 0.0), {}),
-        ("low-2", rows(1, 0.0), {"priority": 2}),
-        ("high", rows(1, 0.0), {"priority": 1}),
-        ("out-of-range", rows(1, 0.0), {"priority": 9}),  # Triton: falls back to the default level
+    gate = ThreadGate()
+    b = build(batchers, gate=gate, max_batch_size=1, delay_us=0, priority_levels=2, default_priority=2)
+    order = _completion_order(b, gate, [
+        ("low-1", FREE, {}),
+        ("low-2", FREE, {"priority": 2}),
+        ("high", FREE, {"priority": 1}),
+        ("out-of-range", FREE, {"priority": 9}),  # Triton: falls back to the default level
     ])
     assert order == ["blocker", "high", "low-1", "low-2", "out-of-range"]
 
 
 def test_queue_timeout_rejects_without_waiting_for_the_instance(batchers: list[DynamicBatcher]) -> None:
-    b = build(batchers, sleepy=True, max_batch_size=1, delay_us=0, timeout_us=50_000)
+    gate = ThreadGate()
+    b = build(batchers, gate=gate, max_batch_size=1, delay_us=0, timeout_us=200_000)
 
-    async def main() -> float:
-        blocker = asyncio.create_task(b.run_async({"x": rows(1, 0.4)}))
-        await asyncio.sleep(0.02)
-        t0 = time.perf_counter()
+    async def main() -> None:
+        blocker = await _hold_instance(b, gate)
         with pytest.raises(Unavailable, match="timed out in the queue"):
-            await b.run_async({"x": rows(1, 0.0)})
-        elapsed = time.perf_counter() - t0
+            await asyncio.wait_for(b.run_async({"x": FREE}), timeout=30)  # while the instance is still held
+        gate.open()
         await blocker
-        return elapsed
 
-    assert run(main) < 0.3
+    run(main)
     assert batches(b) == [1]  # the timed-out request never ran
     assert b.pending == 0 and b.in_flight == 0
 
 
-def test_per_request_timeout_only_when_override_is_allowed(batchers: list[DynamicBatcher]) -> None:
-    allowed = build(batchers, sleepy=True, max_batch_size=1, delay_us=0, allow_override=True)
-    ignored = build(batchers, sleepy=True, max_batch_size=1, delay_us=0, allow_override=False)
+def test_per_request_timeout_applies_when_override_is_allowed(batchers: list[DynamicBatcher]) -> None:
+    gate = ThreadGate()
+    b = build(batchers, gate=gate, max_batch_size=1, delay_us=0, allow_override=True)
 
-    async def attempt(b: DynamicBatcher) -> bool:
-        blocker = asyncio.create_task(b.run_async({"x": rows(1, 0.2)}))
-        await asyncio.sleep(0.02)
-        try:
-            await b.run_async({"x": rows(1, 0.0)}, {"timeout": 30_000})
-            ok = True
-        except Unavailable:
-            ok = False
+    async def main() -> None:
+        blocker = await _hold_instance(b, gate)
+        with pytest.raises(Unavailable, match="timed out in the queue"):
+            await asyncio.wait_for(b.run_async({"x": FREE}, {"timeout": 30_000}), timeout=30)
+        gate.open()
         await blocker
-        return ok
 
-    assert run(lambda: attempt(allowed)) is False
-    assert run(lambda: attempt(ignored)) is True
+    run(main)
+
+
+def test_per_request_timeout_is_ignored_when_override_is_not_allowed(batchers: list[DynamicBatcher]) -> None:
+    gate = ThreadGate()
+    b = build(batchers, gate=gate, max_batch_size=1, delay_us=0, allow_override=False)
+
+    async def main() -> bool:
+        blocker = await _hold_instance(b, gate)
+        waiting = await _submit(b, FREE, {"timeout": 30_000})
+        await asyncio.wait({waiting}, timeout=0.3)  # ten times the 30 ms it asked for
+        still_waiting = not waiting.done()
+        gate.open()
+        await asyncio.gather(blocker, waiting)
+        return still_waiting
+
+    assert run(main) is True
 
 
 def test_delay_action_moves_a_timed_out_request_behind_its_level(batchers: list[DynamicBatcher]) -> None:
-    b = build(batchers, sleepy=True, max_batch_size=1, delay_us=0, allow_override=True, delay_action=True)
-    order = _completion_order(b, [
-        ("blocker", rows(1, 0.3), {}),
-        ("impatient", rows(1, 0.0), {"timeout": 20_000}),
-        ("patient", rows(1, 0.0), {}),
-    ])
+    gate = ThreadGate()
+    b = build(batchers, gate=gate, max_batch_size=1, delay_us=0, allow_override=True, delay_action=True)
+
+    async def past_the_timeout() -> None:
+        # the 20 ms timer of "impatient" runs on this loop, before a later timer of the same loop
+        await asyncio.sleep(0.1)
+
+    order = _completion_order(b, gate, [
+        ("impatient", FREE, {"timeout": 20_000}),
+        ("patient", FREE, {}),
+    ], before_open=past_the_timeout)
     assert order == ["blocker", "patient", "impatient"]
 
 
 def test_a_cancelled_request_is_dropped_from_the_queue(batchers: list[DynamicBatcher]) -> None:
-    b = build(batchers, sleepy=True, max_batch_size=8, delay_us=0)
+    gate = ThreadGate()
+    b = build(batchers, gate=gate, max_batch_size=8, delay_us=0)
 
     async def main() -> None:
-        blocker = asyncio.create_task(b.run_async({"x": rows(1, 0.25)}))
-        await asyncio.sleep(0.02)
-        gone = asyncio.create_task(b.run_async({"x": rows(5, 0.0)}))
-        stays = asyncio.create_task(b.run_async({"x": rows(2, 0.0)}))
-        await asyncio.sleep(0.02)
+        blocker = await _hold_instance(b, gate)
+        gone = await _submit(b, rows(5, value=0.0))
+        stays = await _submit(b, rows(2, value=0.0))
         assert b.pending == 2
         gone.cancel()  # the client disconnected
-        await asyncio.sleep(0)
+        await _step()
         assert b.pending == 1
+        gate.open()
         await asyncio.gather(blocker, stays)
         assert gone.cancelled()
 
@@ -231,7 +291,7 @@ def test_a_cancelled_request_is_dropped_from_the_queue(batchers: list[DynamicBat
 def test_a_bad_request_fails_alone(batchers: list[DynamicBatcher]) -> None:
     b = build(batchers, max_batch_size=8, delay_us=100_000)
     xs = [rows(1, seed=i) for i in range(4)]
-    xs[2] = rows(1, float("nan"))
+    xs[2] = rows(1, value=float("nan"))
 
     async def main() -> list[Any]:
         return await asyncio.gather(*(b.run_async({"x": x}) for x in xs), return_exceptions=True)
@@ -244,17 +304,15 @@ def test_a_bad_request_fails_alone(batchers: list[DynamicBatcher]) -> None:
 
 
 def test_overload_is_rejected_at_once(batchers: list[DynamicBatcher]) -> None:
-    b = build(batchers, sleepy=True, max_batch_size=1, delay_us=0, max_queue_size=2)
+    gate = ThreadGate()
+    b = build(batchers, gate=gate, max_batch_size=1, delay_us=0, max_queue_size=2)
 
     async def main() -> None:
-        blocker = asyncio.create_task(b.run_async({"x": rows(1, 0.2)}))
-        await asyncio.sleep(0.02)
-        queued = [asyncio.create_task(b.run_async({"x": rows(1, 0.0)})) for _ in range(2)]
-        await asyncio.sleep(0.01)
-        t0 = time.perf_counter()
+        blocker = await _hold_instance(b, gate)
+        queued = [await _submit(b, FREE) for _ in range(2)]
         with pytest.raises(ResourceExhausted, match="max_queue_size"):
-            await b.run_async({"x": rows(1, 0.0)})
-        assert time.perf_counter() - t0 < 0.05
+            await asyncio.wait_for(b.run_async({"x": FREE}), timeout=30)  # refused while the queue is full
+        gate.open()
         await asyncio.gather(blocker, *queued)
 
     run(main)
@@ -273,21 +331,21 @@ def test_sync_callers_from_threads_batch_too(batchers: list[DynamicBatcher]) -> 
 
 
 def test_close_fails_what_is_still_queued(batchers: list[DynamicBatcher]) -> None:
-    b = build(batchers, sleepy=True, max_batch_size=1, delay_us=0)
+    gate = ThreadGate()
+    b = build(batchers, gate=gate, max_batch_size=1, delay_us=0)
 
     async def main() -> None:
-        blocker = asyncio.create_task(b.run_async({"x": rows(1, 0.2)}))
-        await asyncio.sleep(0.02)
-        queued = asyncio.create_task(b.run_async({"x": rows(1, 0.0)}))
-        await asyncio.sleep(0.01)
-        await asyncio.get_running_loop().run_in_executor(None, b.close)
+        blocker = await _hold_instance(b, gate)
+        queued = await _submit(b, FREE)
+        closing = asyncio.get_running_loop().run_in_executor(None, b.close)  # waits for the busy instance
         with pytest.raises(Unavailable, match="unloaded"):
-            await queued
-        await blocker
+            await asyncio.wait_for(queued, timeout=30)
+        gate.open()
+        await asyncio.gather(blocker, closing)
 
     run(main)
     with pytest.raises(Unavailable):
-        b.run({"x": rows(1, 0.0)})
+        b.run({"x": FREE})
 
 
 def test_invalid_priority_parameter_is_an_invalid_argument(batchers: list[DynamicBatcher]) -> None:
@@ -303,4 +361,4 @@ def test_invalid_priority_parameter_is_an_invalid_argument(batchers: list[Dynami
 def test_bad_preferred_size_is_refused() -> None:
     c = config(max_batch_size=4, delay_us=0, preferred=(8,))
     with pytest.raises(ValueError, match="preferred_batch_size"):
-        make_scheduler(timed(c), stats(), c)
+        make_scheduler(doubling(c), stats(), c)

@@ -10,17 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batching_testutil import (
-    ChildFailingBackend,
-    GilBackend,
-    config,
-    context,
-    linear_onnx,
-    rows,
-    stats,
-    timed,
-)
+from batching_testutil import HOLD, ChildFailingBackend, GilBackend, config, context, doubling, rows, stats
 
+from harness.data import weights
+from harness.gates import ThreadGate
+from harness.models import XY, write_python_model
+from harness.repository import dense_model, write_config
 from servelab.backends.base import Backend
 from servelab.core.batching import DynamicBatcher, make_scheduler
 from servelab.core.scheduling import DirectScheduler, ProcessInstance
@@ -30,8 +25,8 @@ from servelab.errors import InternalError
 
 def test_config_picks_the_scheduler() -> None:
     plain, batching = config(4), config(4, delay_us=100)
-    direct = make_scheduler(timed(plain), stats(), plain)
-    batcher = make_scheduler(timed(batching), stats(), batching)
+    direct = make_scheduler(doubling(plain), stats(), plain)
+    batcher = make_scheduler(doubling(batching), stats(), batching)
     try:
         assert type(direct) is DirectScheduler and type(batcher) is DynamicBatcher
         assert direct.cache is None and batcher.cache is None
@@ -43,18 +38,23 @@ def test_config_picks_the_scheduler() -> None:
 
 def test_direct_scheduler_spreads_requests_over_instances() -> None:
     cfg = config(4)
-    backends = timed(cfg, n=2, delay_s=0.05)
+    gate = ThreadGate()
+    backends = doubling(cfg, n=2, gate=gate)
     s = make_scheduler(backends, stats(), cfg)
 
-    async def main() -> None:
-        await asyncio.gather(*(s.run_async({"x": rows(1, seed=i)}) for i in range(4)))
+    async def main() -> list[int]:
+        calls = [asyncio.create_task(s.run_async({"x": rows(1, value=HOLD)})) for _ in range(4)]
+        await gate.entered_async(2)  # two requests in flight at once ...
+        while_held = [b.calls for b in backends]  # ... one on each instance
+        gate.open()
+        await asyncio.gather(*calls)
+        return while_held
 
     try:
-        asyncio.run(main())
+        assert asyncio.run(main()) == [1, 1]
     finally:
         s.close()
-    assert [b.calls for b in backends] == [2, 2]  # type: ignore[attr-defined]
-    assert s.stats.execution_count == 4
+    assert sum(b.calls for b in backends) == 4 and s.stats.execution_count == 4
 
 
 def test_gil_holding_runtime_runs_in_worker_processes() -> None:
@@ -105,12 +105,8 @@ def test_a_worker_that_fails_to_load_fails_the_load() -> None:
 
 
 def _repo(root: Path, body: str) -> np.ndarray:
-    w = linear_onnx(root / "lin" / "1" / "model.onnx")
-    (root / "lin" / "config.pbtxt").write_text(
-        'name: "lin"\nbackend: "onnxruntime"\nmax_batch_size: 16\n'
-        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
-        'output [{ name: "y" data_type: TYPE_FP32 dims: [3] }]\n' + body
-    )
+    w = weights(4, 3)
+    dense_model(root, "lin", w, io=XY, extra=body)
     return w
 
 
@@ -147,9 +143,8 @@ class TritonPythonModel:
 
 
 def test_python_backend_instances_run_in_worker_processes(tmp_path: Path) -> None:
-    (tmp_path / "py" / "1").mkdir(parents=True)
-    (tmp_path / "py" / "1" / "model.py").write_text(PID_MODEL)
-    (tmp_path / "py" / "config.pbtxt").write_text(
+    write_python_model(tmp_path / "py", PID_MODEL)
+    write_config(tmp_path / "py",
         'name: "py"\nbackend: "python"\nmax_batch_size: 8\n'
         'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
         'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }, { name: "pid" data_type: TYPE_INT64 dims: [1] }]\n'

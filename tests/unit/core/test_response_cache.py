@@ -7,8 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batching_testutil import config, linear_onnx, rows, stats, timed
+from batching_testutil import config, doubling, rows, stats
 
+from harness.data import weights
+from harness.models import XY
+from harness.repository import dense_model
 from servelab.core.batching import make_scheduler, scheduler_factory
 from servelab.core.cache import ResponseCache, cache_key
 from servelab.engine import Engine
@@ -64,7 +67,7 @@ def test_cached_answers_are_private_read_only_copies() -> None:
 @pytest.mark.parametrize("batching", [False, True])
 def test_scheduler_serves_repeats_from_the_cache(batching: bool) -> None:
     cfg = config(4, delay_us=0 if batching else None, cache=True)
-    backends = timed(cfg)
+    backends = doubling(cfg)
     s = make_scheduler(backends, stats(), cfg)
     x = rows(2)
     try:
@@ -84,9 +87,9 @@ def test_scheduler_serves_repeats_from_the_cache(batching: bool) -> None:
 
 def test_failed_requests_count_as_misses_and_are_not_stored() -> None:
     cfg = config(4, cache=True)
-    backends = timed(cfg)
+    backends = doubling(cfg)
     s = make_scheduler(backends, stats(), cfg)
-    bad = rows(1, float("nan"))
+    bad = rows(1, value=float("nan"))
     try:
         for _ in range(2):
             with pytest.raises(Exception, match="NaN"):
@@ -101,7 +104,7 @@ def test_cache_is_used_only_when_the_config_enables_it() -> None:
     shared = ResponseCache(1 << 20)
     factory = scheduler_factory(shared)
     on, off = config(4, cache=True), config(4)
-    s_on, s_off = factory(timed(on), stats(), on), factory(timed(off), stats(), off)
+    s_on, s_off = factory(doubling(on), stats(), on), factory(doubling(off), stats(), off)
     try:
         assert s_on.cache is shared and s_off.cache is None
     finally:
@@ -110,13 +113,8 @@ def test_cache_is_used_only_when_the_config_enables_it() -> None:
 
 
 def test_engine_with_response_cache_enabled(tmp_path: Path) -> None:
-    w = linear_onnx(tmp_path / "lin" / "1" / "model.onnx")
-    (tmp_path / "lin" / "config.pbtxt").write_text(
-        'name: "lin"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
-        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
-        'output [{ name: "y" data_type: TYPE_FP32 dims: [3] }]\n'
-        "response_cache { enable: true }\n"
-    )
+    w = weights(4, 3)
+    dense_model(tmp_path, "lin", w, io=XY, max_batch_size=8, extra="response_cache { enable: true }\n")
     x = rows(3)
     with Engine(tmp_path) as engine:
         outs = [engine.infer("lin", {"x": x}) for _ in range(3)]

@@ -25,7 +25,7 @@ class _Recorder(Backend):
     def infer(self, inputs: Inputs) -> Outputs:
         self.threads.append(threading.current_thread().name)
         if self.delay_s:
-            time.sleep(self.delay_s)
+            time.sleep(self.delay_s)  # stands for compute time: what the scheduler measures and decides on
         return {"y": inputs["x"]}
 
 
@@ -38,62 +38,46 @@ def _scheduler(tmp_path: Path, **params: str) -> tuple[DirectScheduler, _Recorde
     return DirectScheduler([backend], ModelStats("m", 1)), backend
 
 
-def test_fast_model_moves_onto_the_loop_once_measured(tmp_path: Path) -> None:
-    scheduler, backend = _scheduler(tmp_path)
+def _drive(scheduler: DirectScheduler, one_by_one: int, then_together: int = 0, backend: _Recorder | None = None) -> str:
+    """``one_by_one`` requests in sequence, then (threads recorded afresh on ``backend``) ``then_together``
+    at once; returns the name of the event loop's thread."""
     x = {"x": np.zeros(1, np.float32)}
 
     async def drive() -> str:
-        for _ in range(80):
+        for _ in range(one_by_one):
             await scheduler.run_async(x)
+        if backend is not None:
+            backend.threads.clear()
+        await asyncio.gather(*(scheduler.run_async(x) for _ in range(then_together)))
         return threading.current_thread().name
 
-    loop_thread = asyncio.run(drive())
+    try:
+        return asyncio.run(drive())
+    finally:
+        scheduler.close()
+
+
+def test_fast_model_moves_onto_the_loop_once_measured(tmp_path: Path) -> None:
+    scheduler, backend = _scheduler(tmp_path)
+    loop_thread = _drive(scheduler, 80)
     assert backend.threads[0] != loop_thread  # unmeasured: the worker thread first
     assert backend.threads[-1] == loop_thread  # measured fast: inline
-    scheduler.close()
 
 
 def test_slow_model_stays_on_the_worker(tmp_path: Path) -> None:
     scheduler, backend = _scheduler(tmp_path)
     backend.delay_s = 0.005  # above both inline thresholds
-    x = {"x": np.zeros(1, np.float32)}
-
-    async def drive() -> str:
-        for _ in range(30):
-            await scheduler.run_async(x)
-        return threading.current_thread().name
-
-    loop_thread = asyncio.run(drive())
-    assert loop_thread not in backend.threads
-    scheduler.close()
+    assert _drive(scheduler, 30) not in backend.threads
 
 
 def test_inline_can_be_turned_off(tmp_path: Path) -> None:
     scheduler, backend = _scheduler(tmp_path, inline_execution_us="0", idle_inline_execution_us="0")
-    x = {"x": np.zeros(1, np.float32)}
-
-    async def drive() -> str:
-        for _ in range(80):
-            await scheduler.run_async(x)
-        return threading.current_thread().name
-
-    loop_thread = asyncio.run(drive())
-    assert loop_thread not in backend.threads
-    scheduler.close()
+    assert _drive(scheduler, 80) not in backend.threads
 
 
 def test_concurrent_requests_use_the_worker_when_the_model_is_not_tiny(tmp_path: Path) -> None:
     scheduler, backend = _scheduler(tmp_path, inline_execution_us="0")  # only the idle rule may inline
     backend.delay_s = 0.0005
-    x = {"x": np.zeros(1, np.float32)}
-
-    async def drive() -> str:
-        for _ in range(60):  # let the measured time settle below the idle threshold
-            await scheduler.run_async(x)
-        backend.threads.clear()
-        await asyncio.gather(*(scheduler.run_async(x) for _ in range(16)))
-        return threading.current_thread().name
-
-    loop_thread = asyncio.run(drive())
-    assert any(t != loop_thread for t in backend.threads)  # back-to-back arrivals: not idle
-    scheduler.close()
+    # 60 in sequence let the measured time settle below the idle threshold; then back-to-back arrivals
+    loop_thread = _drive(scheduler, 60, then_together=16, backend=backend)
+    assert any(t != loop_thread for t in backend.threads)  # not idle: the worker

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_models import scale_model
 
+from harness.repository import scale_model, write_config
 from servelab import Engine
 from servelab.config import ControlMode
 from servelab.core.registry import ModelRegistry
@@ -107,19 +107,29 @@ def test_removed_model_is_unloaded_by_poll(tmp_path: Path) -> None:
         assert not engine.is_model_ready("gone") and engine.is_model_ready("m")
 
 
-def test_background_poller_reloads(tmp_path: Path) -> None:
+def test_background_poller_reloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     scale_model(tmp_path, "m", {1: 1.0})
+    written = threading.Event()  # version 2 is completely on disk
+    polled_after = threading.Event()  # a background poll that began after that has finished
+    real_poll = ModelRegistry.poll
+
+    def poll(self: ModelRegistry) -> list[str]:  # the real poll, observed
+        after = written.is_set()
+        changed = real_poll(self)
+        if after:
+            polled_after.set()
+        return changed
+
+    monkeypatch.setattr(ModelRegistry, "poll", poll)
     with Engine(tmp_path, model_control_mode="poll", poll_secs=0.1) as engine:
         scale_model(tmp_path, "m", {2: 2.0})
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and engine.get_model_metadata("m")["versions"] != ["2"]:
-            time.sleep(0.05)
+        written.set()
+        assert polled_after.wait(30), "the background poller did not run"
+        assert engine.get_model_metadata("m")["versions"] == ["2"]
         assert engine.infer("m", {"x": X})["y"][0, 0] == 2.0
 
 
 def test_unload_waits_for_in_flight_requests(tmp_path: Path) -> None:
-    import threading
-
     scale_model(tmp_path, "m", {1: 1.0})
     with Engine(tmp_path) as engine:
         lv = engine.dataplane.registry.get("m")
@@ -139,8 +149,6 @@ def test_unload_waits_for_in_flight_requests(tmp_path: Path) -> None:
 
 
 def test_unload_dependents_unloads_an_ensembles_steps(tmp_path: Path) -> None:
-    from engine_models import write_config
-
     scale_model(tmp_path, "first", {1: 2.0})
     scale_model(tmp_path, "second", {1: 3.0})
     (tmp_path / "chain" / "1").mkdir(parents=True)

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_models import identity_onnx, scale_model, write_config
 from onnx import TensorProto
 
+from harness.models import XY, unary_onnx, write_python_model
+from harness.repository import scale_model, write_config
 from servelab import Engine
 from servelab.errors import InvalidArgument, NotFound, Unavailable
 from servelab.repository import ModelRepository
@@ -54,8 +55,8 @@ def test_specific_policy_and_missing_version(tmp_path: Path) -> None:
 
 def test_version_folders_starting_with_zero_are_ignored(tmp_path: Path) -> None:
     scale_model(tmp_path, "m", {1: 1.0})
-    identity_onnx(tmp_path / "m" / "0" / "model.onnx")
-    identity_onnx(tmp_path / "m" / "007" / "model.onnx")
+    unary_onnx(tmp_path / "m" / "0" / "model.onnx", io=XY)
+    unary_onnx(tmp_path / "m" / "007" / "model.onnx", io=XY)
     with Engine(tmp_path) as engine:
         assert engine.get_model_metadata("m")["versions"] == ["1"]
 
@@ -68,7 +69,7 @@ def test_folders_starting_with_dot_or_underscore_are_not_models(tmp_path: Path) 
 
 
 def test_autocomplete_from_onnx_without_config(tmp_path: Path) -> None:
-    identity_onnx(tmp_path / "auto" / "1" / "model.onnx", TensorProto.INT64, ("batch", 3))
+    unary_onnx(tmp_path / "auto" / "1" / "model.onnx", elem_type=TensorProto.INT64, dims=("batch", 3), io=XY)
     with Engine(tmp_path) as engine:
         config = engine.get_model_config("auto")
         assert config["backend"] == "onnxruntime"
@@ -79,7 +80,7 @@ def test_autocomplete_from_onnx_without_config(tmp_path: Path) -> None:
 
 
 def test_partial_config_is_completed_and_kept(tmp_path: Path) -> None:
-    identity_onnx(tmp_path / "p" / "1" / "model.onnx")
+    unary_onnx(tmp_path / "p" / "1" / "model.onnx", io=XY)
     write_config(tmp_path / "p", 'name: "p"\nmax_batch_size: 2\n')
     with Engine(tmp_path) as engine:
         config = engine.get_model_config("p")
@@ -88,7 +89,7 @@ def test_partial_config_is_completed_and_kept(tmp_path: Path) -> None:
 
 
 def test_config_mismatching_model_is_reported(tmp_path: Path) -> None:
-    identity_onnx(tmp_path / "mm" / "1" / "model.onnx")
+    unary_onnx(tmp_path / "mm" / "1" / "model.onnx", io=XY)
     write_config(
         tmp_path / "mm",
         'name: "mm"\nmax_batch_size: 4\ninput [ { name: "x", data_type: TYPE_INT32, dims: [4] } ]\n',
@@ -99,9 +100,7 @@ def test_config_mismatching_model_is_reported(tmp_path: Path) -> None:
 
 
 def test_python_model_without_io_says_what_to_add(tmp_path: Path) -> None:
-    d = tmp_path / "py" / "1"
-    d.mkdir(parents=True)
-    (d / "model.py").write_text("class TritonPythonModel:\n    def execute(self, requests):\n        return []\n")
+    write_python_model(tmp_path / "py", "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n")
     with pytest.raises(InvalidArgument, match="add e.g."):
         ModelRepository(tmp_path).read("py")
 

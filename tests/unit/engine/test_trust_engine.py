@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from engine_models import identity_onnx, write_config
 from onnx import TensorProto, helper, numpy_helper
 
+from harness.models import unary_onnx
+from harness.repository import write_config
 from servelab import Engine
 from servelab.errors import InvalidArgument, NotFound, ServelabError
 from servelab.types import InferRequest, RequestedOutput, Tensor
@@ -40,14 +41,14 @@ def _override(**fields: object) -> str:
 
 def _onnx_bytes(tmp_path: Path) -> bytes:
     path = tmp_path / "scratch" / "model.onnx"
-    identity_onnx(path)
+    unary_onnx(path, io=("x", "y"))
     return path.read_bytes()
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
-    identity_onnx(root / "ident" / "1" / "model.onnx")
+    unary_onnx(root / "ident" / "1" / "model.onnx", io=("x", "y"))
     write_config(root / "ident", CONFIG)
     (root / "ident" / "labels.txt").write_text("a\nb\nc\nd\n")
     return root
@@ -85,7 +86,7 @@ def test_a_label_file_outside_the_model_folder_fails_the_load(repo: Path, tmp_pa
 
 
 def test_default_model_filename_outside_the_model_folder_fails_the_load(repo: Path, tmp_path: Path) -> None:
-    identity_onnx(tmp_path / "elsewhere" / "model.onnx")
+    unary_onnx(tmp_path / "elsewhere" / "model.onnx", io=("x", "y"))
     with Engine(repo, load_models=[]) as engine:
         for name in ("../../elsewhere/model.onnx", str(tmp_path / "elsewhere" / "model.onnx")):
             with pytest.raises(InvalidArgument, match="default_model_filename") as info:
@@ -113,7 +114,7 @@ def test_bad_model_names_are_refused_on_load_unload_and_infer(repo: Path) -> Non
 
 
 def test_data_folders_are_not_models(repo: Path) -> None:
-    identity_onnx(repo / "_data" / "1" / "model.onnx")
+    unary_onnx(repo / "_data" / "1" / "model.onnx", io=("x", "y"))
     with Engine(repo, load_models=[]) as engine, pytest.raises(NotFound, match="hold data"):
         engine.load_model("_data")
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_models import scale_model, write_config
 from onnx import TensorProto
 
+from harness.models import XY, unary_onnx
+from harness.repository import scale_model, write_config
 from servelab import Engine
 from servelab.errors import InvalidArgument
 from servelab.protocol.codecs import array_from_json, array_from_raw
@@ -19,9 +20,7 @@ from servelab.types import DataType, InferRequest, RequestedOutput, Tensor
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
     repo = tmp_path_factory.mktemp("repo")
     scale_model(repo, "m", {1: 1.0})
-    from engine_models import identity_onnx
-
-    identity_onnx(repo / "nb" / "1" / "model.onnx", TensorProto.FLOAT, (2, -1))
+    unary_onnx(repo / "nb" / "1" / "model.onnx", elem_type=TensorProto.FLOAT, dims=(2, -1), io=XY)
     write_config(repo / "nb", 'name: "nb"\nmax_batch_size: 0\ninput [ { name: "x", data_type: TYPE_FP32, dims: [2, -1] } ]\n')
     eng = Engine(repo)
     yield eng

@@ -11,6 +11,8 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.models import XY, unary_onnx
+from harness.repository import io_config, write_config
 from servelab.engine import Engine
 from servelab.errors import ServelabError
 from servelab.metrics import LATENCY_BUCKETS_S, ServerMetrics, render
@@ -18,21 +20,10 @@ from servelab.metrics.gpu import NvmlCollector
 
 
 def _repo(root: Path) -> None:
-    from onnx import TensorProto, helper, save
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    (root / "relu" / "1").mkdir(parents=True)
-    save(model, str(root / "relu" / "1" / "model.onnx"))
-    (root / "relu" / "config.pbtxt").write_text(
-        'name: "relu"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
-        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
-        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }]\n'
-        "dynamic_batching { max_queue_delay_microseconds: 100 }\nresponse_cache { enable: true }\n"
-    )
+    """``relu``: FP32 [4] on onnxruntime with dynamic batching and the response cache."""
+    unary_onnx(root / "relu" / "1" / "model.onnx", "Relu", io=XY)
+    extra = "dynamic_batching { max_queue_delay_microseconds: 100 }\nresponse_cache { enable: true }\n"
+    write_config(root / "relu", io_config("relu", 'backend: "onnxruntime"', "FP32", [4], io=XY, extra=extra))
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.models import XY, unary_onnx
+from harness.repository import io_config, write_config
 from servelab.engine import Engine
 from servelab.metrics import ServerMetrics, render
 from servelab.metrics.gpu import NVML_METRICS
@@ -21,20 +23,9 @@ METRIC = re.compile(r"\b((?:nv|servelab|process)_[a-zA-Z0-9_]+)")
 
 
 def _exported(tmp_path: Path) -> set[str]:
-    from onnx import TensorProto, helper, save
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
-    model = helper.make_model(helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "neg", [x], [y]),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    (tmp_path / "neg" / "1").mkdir(parents=True)
-    save(model, str(tmp_path / "neg" / "1" / "model.onnx"))
-    (tmp_path / "neg" / "config.pbtxt").write_text(
-        'name: "neg"\nbackend: "onnxruntime"\nmax_batch_size: 4\n'
-        'input [{ name: "x" data_type: TYPE_FP32 dims: [2] }]\noutput [{ name: "y" data_type: TYPE_FP32 dims: [2] }]\n'
-        "dynamic_batching { }\n"
-    )
+    unary_onnx(tmp_path / "neg" / "1" / "model.onnx", "Neg", dims=("batch", 2), io=XY)
+    config = io_config("neg", 'backend: "onnxruntime"', "FP32", [2], io=XY, max_batch_size=4, extra="dynamic_batching { }\n")
+    write_config(tmp_path / "neg", config)
     registry = CollectorRegistry()
     with Engine(tmp_path) as engine:
         ServerMetrics(registry, engine.dataplane.registry)

@@ -1,0 +1,166 @@
+"""A real ``servelab serve`` subprocess on 127.0.0.1, every port 0, ready by the server's own signal.
+
+The server binds port 0 for HTTP, gRPC, metrics and management and prints the bound ports as
+``SERVELAB_PORTS {json}``; once its start-up models are loaded it prints ``SERVELAB_READY {json}``. A
+reader thread copies the process output to the log file and hands those two lines to :meth:`start`,
+which waits on them (no free-port race, no polling, no sleep) and then checks ``/v2/health/ready``
+once. Every server is stopped with SIGTERM and is expected to exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["HOST", "MAX_BODY_BYTES", "READY_TIMEOUT_S", "ServerProcess", "running_server"]
+
+HOST = "127.0.0.1"
+READY_TIMEOUT_S = 90.0
+#: body limit of the test servers (the oversize tests send more)
+MAX_BODY_BYTES = 4_000_000
+PORTS_LINE = "SERVELAB_PORTS "
+READY_LINE = "SERVELAB_READY "
+
+
+class _Address:
+    """``[scheme]127.0.0.1:<port>`` of one of a server's ports, read from the port field named."""
+
+    def __init__(self, port_field: str, scheme: str = "") -> None:
+        self.port_field, self.scheme = port_field, scheme
+
+    def __get__(self, server: object, owner: type | None = None) -> str:
+        return f"{self.scheme}{HOST}:{getattr(server, self.port_field)}"
+
+
+@dataclass
+class ServerProcess:
+    """A ``servelab serve`` subprocess and its URLs (the ports are known once :meth:`start` returns)."""
+
+    repository: Path
+    log_path: Path
+    extra_args: list[str] = field(default_factory=list)
+    http_port: int = 0
+    grpc_port: int = 0
+    metrics_port: int = 0
+    management_port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    _signals: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue, repr=False)
+    _reader: threading.Thread | None = field(default=None, repr=False)
+
+    #: the URLs and addresses of the bound ports
+    http_url = _Address("http_port", "http://")
+    http_address = _Address("http_port")  # host:port, as tritonclient.http wants it
+    grpc_address = _Address("grpc_port")
+    metrics_url = _Address("metrics_port", "http://")
+    management_url = _Address("management_port", "http://")
+
+    # ----- start -----
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> ServerProcess:
+        """Start the process and return once it says it is ready (RuntimeError with its log if not)."""
+        cmd = [
+            sys.executable, "-m", "servelab.cli", "serve", str(self.repository), "--host", HOST,
+            "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--management-port", "0",
+            "--max-body-bytes", str(MAX_BODY_BYTES), "--exit-timeout-secs", "15", *self.extra_args,
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        self._reader = threading.Thread(target=self._copy_output, name=f"log-{self.log_path.stem}", daemon=True)
+        self._reader.start()
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.stop()
+            raise
+        return self
+
+    def _copy_output(self) -> None:
+        """Reader thread: every output line to the log; the ports and ready lines to :meth:`start`."""
+        assert self.process is not None and self.process.stdout is not None
+        with self.log_path.open("wb") as log:
+            for line in self.process.stdout:
+                log.write(line)
+                log.flush()
+                text = line.decode(errors="replace")
+                for prefix in (PORTS_LINE, READY_LINE):
+                    if text.startswith(prefix):
+                        self._signals.put((prefix, json.loads(text[len(prefix) :])))
+        self._signals.put(("", None))  # end of output: the process has gone
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                kind, value = self._signals.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError(f"server not ready within {timeout_s} s:\n{self.log_tail()}") from None
+            if kind == PORTS_LINE:
+                self.http_port, self.grpc_port = value["http"], value.get("grpc", 0)
+                self.metrics_port, self.management_port = value["metrics"], value["management"]
+            elif kind == READY_LINE:
+                break
+            else:
+                code = self.process.wait() if self.process is not None else None
+                raise RuntimeError(f"server exited with {code} before it was ready:\n{self.log_tail()}")
+        if not value["ready"]:
+            raise RuntimeError(f"server started but is not ready (a start-up model failed?):\n{self.log_tail()}")
+        status = httpx.get(f"{self.http_url}/v2/health/ready", timeout=10).status_code
+        if status != 200:
+            raise RuntimeError(f"server said ready, /v2/health/ready says {status}:\n{self.log_tail()}")
+
+    # ----- observe and stop -----
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def terminate(self) -> None:
+        """SIGTERM (a graceful stop) if the process still runs."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float = 30.0) -> int:
+        """The exit code; a process still running after ``timeout_s`` is killed (and TimeoutExpired raised)."""
+        assert self.process is not None
+        try:
+            code = self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+        if self._reader is not None:
+            self._reader.join(timeout=10)
+        return code
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait; the exit code (None if never started)."""
+        if self.process is None:
+            return None
+        self.terminate()
+        return self.wait()
+
+
+@contextlib.contextmanager
+def running_server(repository: Path, log_dir: Path, name: str, *args: str) -> Iterator[ServerProcess]:
+    """A started server with ``args`` as extra ``servelab serve`` flags; stopped on exit, which must be 0."""
+    server = ServerProcess(repository, log_dir / f"{name}.log", list(args)).start()
+    try:
+        yield server
+    finally:
+        code = server.stop()
+    assert code == 0, f"server {name} exited with {code}:\n{server.log_tail()}"
