@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -36,13 +37,13 @@ READY_LINE = "SERVELAB_READY "
 
 
 class _Address:
-    """``[scheme]127.0.0.1:<port>`` of one of a server's ports, read from the port field named."""
+    """``127.0.0.1:<port>`` of one of a server's ports, read from the port field named."""
 
-    def __init__(self, port_field: str, scheme: str = "") -> None:
-        self.port_field, self.scheme = port_field, scheme
+    def __init__(self, port_field: str) -> None:
+        self.port_field = port_field
 
     def __get__(self, server: object, owner: type | None = None) -> str:
-        return f"{self.scheme}{HOST}:{getattr(server, self.port_field)}"
+        return f"{HOST}:{getattr(server, self.port_field)}"
 
 
 @dataclass
@@ -57,21 +58,64 @@ class ServerProcess:
     metrics_port: int = 0
     management_port: int = 0
     process: subprocess.Popen[bytes] | None = None
+    #: the address the server binds (it is always reached through 127.0.0.1)
+    host: str = HOST
+    #: a CA to trust: the server serves HTTPS (its URLs say https) and readiness is checked over TLS
+    ca: Path | None = None
+    #: (certificate, key) presented to a server that asks for client certificates (mutual TLS)
+    client_cert: tuple[Path, Path] | None = None
     _signals: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue, repr=False)
     _reader: threading.Thread | None = field(default=None, repr=False)
 
-    #: the URLs and addresses of the bound ports
-    http_url = _Address("http_port", "http://")
+    #: the addresses of the bound ports
     http_address = _Address("http_port")  # host:port, as tritonclient.http wants it
     grpc_address = _Address("grpc_port")
-    metrics_url = _Address("metrics_port", "http://")
-    management_url = _Address("management_port", "http://")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ca else "http"
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.scheme}://{HOST}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.scheme}://{HOST}:{self.metrics_port}"
+
+    @property
+    def management_url(self) -> str:
+        return f"{self.scheme}://{HOST}:{self.management_port}"
+
+    def ssl_context(self, with_client_cert: bool = True) -> ssl.SSLContext:
+        """A client context trusting :attr:`ca` (presenting :attr:`client_cert` unless told not to)."""
+        assert self.ca is not None, "ssl_context() is for servers started with ca="
+        context = ssl.create_default_context(cafile=str(self.ca))
+        if with_client_cert and self.client_cert is not None:
+            context.load_cert_chain(str(self.client_cert[0]), str(self.client_cert[1]))
+        return context
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """An httpx client for this server (trusting its CA and presenting the client certificate, if any)."""
+        verify: ssl.SSLContext | bool = self.ssl_context() if self.ca else True
+        return httpx.Client(verify=verify, timeout=10.0, **kwargs)
 
     # ----- start -----
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> ServerProcess:
         """Start the process and return once it says it is ready (RuntimeError with its log if not)."""
+        self.launch()
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.stop()
+            raise
+        return self
+
+    def launch(self) -> ServerProcess:
+        """Start the process without waiting for it (for servers a test expects to refuse to start)."""
         cmd = [
-            sys.executable, "-m", "servelab.cli", "serve", str(self.repository), "--host", HOST,
+            sys.executable, "-m", "servelab.cli", "serve", str(self.repository), "--host", self.host,
             "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--management-port", "0",
             "--max-body-bytes", str(MAX_BODY_BYTES), "--exit-timeout-secs", "15", *self.extra_args,
         ]  # fmt: skip
@@ -79,12 +123,6 @@ class ServerProcess:
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         self._reader = threading.Thread(target=self._copy_output, name=f"log-{self.log_path.stem}", daemon=True)
         self._reader.start()
-        try:
-            self._wait_ready(timeout_s)
-        except BaseException:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.stop()
-            raise
         return self
 
     def _copy_output(self) -> None:
@@ -117,7 +155,8 @@ class ServerProcess:
                 raise RuntimeError(f"server exited with {code} before it was ready:\n{self.log_tail()}")
         if not value["ready"]:
             raise RuntimeError(f"server started but is not ready (a start-up model failed?):\n{self.log_tail()}")
-        status = httpx.get(f"{self.http_url}/v2/health/ready", timeout=10).status_code
+        with self.client() as client:
+            status = client.get(f"{self.http_url}/v2/health/ready").status_code
         if status != 200:
             raise RuntimeError(f"server said ready, /v2/health/ready says {status}:\n{self.log_tail()}")
 
@@ -156,9 +195,12 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def running_server(repository: Path, log_dir: Path, name: str, *args: str) -> Iterator[ServerProcess]:
-    """A started server with ``args`` as extra ``servelab serve`` flags; stopped on exit, which must be 0."""
-    server = ServerProcess(repository, log_dir / f"{name}.log", list(args)).start()
+def running_server(
+    repository: Path, log_dir: Path, name: str, *args: str, **options: Any
+) -> Iterator[ServerProcess]:
+    """A started server with ``args`` as extra ``servelab serve`` flags and ``options`` as ServerProcess
+    fields (``host``, ``ca``, ``client_cert``); stopped on exit, which must be 0."""
+    server = ServerProcess(repository, log_dir / f"{name}.log", list(args), **options).start()
     try:
         yield server
     finally:

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from auth_harness import auth_server
 from tritonclient.utils import InferenceServerException
+
+from harness.servers import running_server
 
 EXPOSED = ("--host", "0.0.0.0", "--model-control-mode", "explicit", "--load-model", "simple")
 
@@ -32,7 +33,7 @@ def test_exposed_without_a_key_refuses_to_start(test_repository: Path) -> None:
 
 
 def test_exposed_with_disable_auth_starts_open(test_repository: Path, tmp_path: Path) -> None:
-    with auth_server(test_repository, tmp_path, "open", *EXPOSED, "--disable-auth") as server:
+    with running_server(test_repository, tmp_path, "open", *EXPOSED, "--disable-auth") as server:
         client = httpclient.InferenceServerClient(server.http_address)
         try:
             client.load_model("echo_uint32")
@@ -45,7 +46,7 @@ def test_exposed_with_disable_auth_starts_open(test_repository: Path, tmp_path: 
 
 def test_exposed_with_a_generated_key_file(test_repository: Path, tmp_path: Path) -> None:
     key_file = tmp_path / "key_file.json"
-    with auth_server(test_repository, tmp_path, "keyfile", *EXPOSED, "--key-file", str(key_file)) as server:
+    with running_server(test_repository, tmp_path, "keyfile", *EXPOSED, "--key-file", str(key_file)) as server:
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
         keys = json.loads(key_file.read_text())
         management, inference = keys["management"]["key"], keys["inference"]["key"]

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from auth_harness import AuthServer, auth_server
 from tritonclient.utils import InferenceServerException
+
+from harness.servers import ServerProcess, running_server
 
 MANAGEMENT = "mgmt-" + "k" * 27
 INFERENCE = "infer-" + "q" * 26
@@ -63,15 +64,15 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def keyed(test_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
+def keyed(test_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     flags = ["--model-control-mode", "explicit", "--load-model", "simple",
              "--management-key", MANAGEMENT, "--inference-key", INFERENCE]
-    with auth_server(test_repository, tmp_path_factory.mktemp("logs"), "keyed", *flags) as s:
+    with running_server(test_repository, tmp_path_factory.mktemp("logs"), "keyed", *flags) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
-def http(keyed: AuthServer) -> Iterator[httpx.Client]:
+def http(keyed: ServerProcess) -> Iterator[httpx.Client]:
     with httpx.Client(timeout=30) as client:
         yield client
 
@@ -85,7 +86,7 @@ def _assert_refused(response: httpx.Response, invalid: bool) -> None:
 
 @pytest.mark.parametrize(("method", "path", "level"), HTTP_ROUTES)
 def test_http_routes_refuse_a_missing_or_wrong_key(
-    keyed: AuthServer, http: httpx.Client, method: str, path: str, level: str
+    keyed: ServerProcess, http: httpx.Client, method: str, path: str, level: str
 ) -> None:
     url = keyed.http_url + path
     missing = http.request(method, url)
@@ -100,7 +101,7 @@ def test_http_routes_refuse_a_missing_or_wrong_key(
     assert http.request(method, url, headers=bearer(MANAGEMENT)).status_code not in (401, 403)
 
 
-def test_torchserve_inference_refusal_has_torchserve_shape(keyed: AuthServer, http: httpx.Client) -> None:
+def test_torchserve_inference_refusal_has_torchserve_shape(keyed: ServerProcess, http: httpx.Client) -> None:
     body = http.post(keyed.http_url + "/predictions/simple", json=[1]).json()
     assert body["code"] == 401 and body["type"] == "InvalidKeyException"
     assert "Authorization: Bearer" in body["message"]
@@ -110,7 +111,7 @@ def test_torchserve_inference_refusal_has_torchserve_shape(keyed: AuthServer, ht
 
 @pytest.mark.parametrize(("method", "path"), MANAGEMENT_ROUTES)
 def test_management_port_refuses_every_route_without_the_management_key(
-    keyed: AuthServer, http: httpx.Client, method: str, path: str
+    keyed: ServerProcess, http: httpx.Client, method: str, path: str
 ) -> None:
     url = keyed.management_url + path
     for headers in ({}, bearer(WRONG), bearer(INFERENCE)):
@@ -121,7 +122,7 @@ def test_management_port_refuses_every_route_without_the_management_key(
         assert body["code"] == 401 and body["type"] == "InvalidKeyException" and body["message"]
 
 
-def test_management_port_works_with_the_management_key(keyed: AuthServer, http: httpx.Client) -> None:
+def test_management_port_works_with_the_management_key(keyed: ServerProcess, http: httpx.Client) -> None:
     headers = bearer(MANAGEMENT)
     assert {"modelName": "simple", "modelUrl": "simple"} in http.get(keyed.management_url + "/models", headers=headers).json()["models"]
     registered = http.post(keyed.management_url + "/models", params={"url": "echo_uint16"}, headers=headers)
@@ -131,12 +132,12 @@ def test_management_port_works_with_the_management_key(keyed: AuthServer, http: 
 
 
 @pytest.mark.parametrize("path", OPEN_ROUTES)
-def test_health_and_metrics_stay_open(keyed: AuthServer, http: httpx.Client, path: str) -> None:
+def test_health_and_metrics_stay_open(keyed: ServerProcess, http: httpx.Client, path: str) -> None:
     assert http.get(keyed.http_url + path).status_code == 200
     assert http.get(f"{keyed.metrics_url}/metrics").status_code == 200
 
 
-def test_tritonclient_http_repository_control_and_infer_need_their_keys(keyed: AuthServer) -> None:
+def test_tritonclient_http_repository_control_and_infer_need_their_keys(keyed: ServerProcess) -> None:
     client = httpclient.InferenceServerClient(keyed.http_address)
     try:
         assert client.is_server_ready()
@@ -167,7 +168,7 @@ def _grpc_refused(call, code: str = "StatusCode.UNAUTHENTICATED", text: str = "k
     assert text in info.value.message()
 
 
-def test_grpc_protected_rpcs_refuse_missing_and_wrong_keys(keyed: AuthServer) -> None:
+def test_grpc_protected_rpcs_refuse_missing_and_wrong_keys(keyed: ServerProcess) -> None:
     client = grpcclient.InferenceServerClient(keyed.grpc_address)
     inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
     for i in inputs:
@@ -204,7 +205,7 @@ def test_grpc_protected_rpcs_refuse_missing_and_wrong_keys(keyed: AuthServer) ->
         client.close()
 
 
-def test_grpc_stream_infer_needs_the_inference_key(keyed: AuthServer) -> None:
+def test_grpc_stream_infer_needs_the_inference_key(keyed: ServerProcess) -> None:
     inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
     for i in inputs:
         i.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))

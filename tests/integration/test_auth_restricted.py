@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from auth_harness import AuthServer, auth_server
 from tritonclient.utils import InferenceServerException
+
+from harness.servers import ServerProcess, running_server
 
 ADMIN = {"admin-key": "admin-value"}
 INFER = {"infer-key": "infer-value"}
@@ -24,7 +25,7 @@ GRPC_INFER = {"triton-grpc-protocol-infer-key": "infer-value"}
 
 
 @pytest.fixture(scope="module")
-def restricted(test_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
+def restricted(test_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     flags = [
         "--model-control-mode", "explicit", "--load-model", "simple",
         "--http-restricted-api", "model-repository,statistics,model-config:admin-key=admin-value",
@@ -32,7 +33,7 @@ def restricted(test_repository: Path, tmp_path_factory: pytest.TempPathFactory) 
         "--grpc-restricted-protocol", "model-repository,statistics,model-config:admin-key=admin-value",
         "--grpc-restricted-protocol=inference:infer-key=infer-value",
     ]
-    with auth_server(test_repository, tmp_path_factory.mktemp("logs"), "restricted", *flags) as s:
+    with running_server(test_repository, tmp_path_factory.mktemp("logs"), "restricted", *flags) as s:
         yield s
 
 
@@ -43,7 +44,7 @@ def _inputs(module):  # type: ignore[no-untyped-def]
     return inputs
 
 
-def test_http_restricted_groups_answer_403_with_tritons_message(restricted: AuthServer) -> None:
+def test_http_restricted_groups_answer_403_with_tritons_message(restricted: ServerProcess) -> None:
     client = httpclient.InferenceServerClient(restricted.http_address)
     try:
         assert client.is_server_live() and client.is_model_ready("simple")
@@ -69,7 +70,7 @@ def test_http_restricted_groups_answer_403_with_tritons_message(restricted: Auth
         client.close()
 
 
-def test_http_restricted_inference_covers_tfserving_and_torchserve(restricted: AuthServer) -> None:
+def test_http_restricted_inference_covers_tfserving_and_torchserve(restricted: ServerProcess) -> None:
     body = {"instances": [{"INPUT0": list(range(16)), "INPUT1": [1] * 16}]}
     with httpx.Client(base_url=restricted.http_url, timeout=30) as http:
         refused = http.post("/v1/models/simple:predict", json=body)
@@ -83,7 +84,7 @@ def test_http_restricted_inference_covers_tfserving_and_torchserve(restricted: A
         assert management.get("/models", headers=ADMIN).status_code == 200
 
 
-def test_grpc_restricted_protocols_answer_unavailable_with_tritons_message(restricted: AuthServer) -> None:
+def test_grpc_restricted_protocols_answer_unavailable_with_tritons_message(restricted: ServerProcess) -> None:
     client = grpcclient.InferenceServerClient(restricted.grpc_address)
     try:
         assert client.is_server_ready() and client.get_server_metadata().name

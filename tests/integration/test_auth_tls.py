@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from auth_harness import AuthServer, auth_server
 from tritonclient.utils import InferenceServerException
+
+from harness.servers import ServerProcess, running_server
 
 trustme = pytest.importorskip("trustme", reason="TLS tests make their certificates with trustme (dev extra)")
 
@@ -60,17 +61,17 @@ def _tls_flags(pki: Pki, mutual: bool) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tls_server(pki: Pki, test_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
+def tls_server(pki: Pki, test_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     logs = tmp_path_factory.mktemp("logs")
-    with auth_server(test_repository, logs, "tls", *_tls_flags(pki, mutual=False), ca=pki.ca) as s:
+    with running_server(test_repository, logs, "tls", *_tls_flags(pki, mutual=False), ca=pki.ca) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
-def mtls_server(pki: Pki, test_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
+def mtls_server(pki: Pki, test_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     logs = tmp_path_factory.mktemp("logs")
     client_cert = (pki.client_cert, pki.client_key)
-    with auth_server(test_repository, logs, "mtls", *_tls_flags(pki, mutual=True), ca=pki.ca,
+    with running_server(test_repository, logs, "mtls", *_tls_flags(pki, mutual=True), ca=pki.ca,
                      client_cert=client_cert) as s:
         yield s
 
@@ -92,7 +93,7 @@ def _infer_grpc(client: grpcclient.InferenceServerClient) -> np.ndarray:
 EXPECTED = 2 * np.arange(16).reshape(1, 16)
 
 
-def test_tritonclient_http_reaches_https_with_ssl_options(tls_server: AuthServer, pki: Pki) -> None:
+def test_tritonclient_http_reaches_https_with_ssl_options(tls_server: ServerProcess, pki: Pki) -> None:
     client = httpclient.InferenceServerClient(tls_server.http_address, ssl=True, ssl_options={"ca_certs": str(pki.ca)})
     try:
         assert client.is_server_ready()
@@ -103,14 +104,14 @@ def test_tritonclient_http_reaches_https_with_ssl_options(tls_server: AuthServer
         client.close()
 
 
-def test_every_http_port_serves_tls(tls_server: AuthServer) -> None:
+def test_every_http_port_serves_tls(tls_server: ServerProcess) -> None:
     with tls_server.client() as https:
         assert https.get(f"https://127.0.0.1:{tls_server.management_port}/models").status_code == 200
         assert https.get(f"https://127.0.0.1:{tls_server.metrics_port}/metrics").status_code == 200
         assert https.get(f"{tls_server.http_url}/ping").status_code == 200
 
 
-def test_plain_http_and_untrusted_clients_are_refused(tls_server: AuthServer) -> None:
+def test_plain_http_and_untrusted_clients_are_refused(tls_server: ServerProcess) -> None:
     for port in (tls_server.http_port, tls_server.management_port, tls_server.metrics_port):
         with httpx.Client(timeout=10) as plain, pytest.raises(httpx.TransportError):
             plain.get(f"http://127.0.0.1:{port}/v2/health/ready")
@@ -118,7 +119,7 @@ def test_plain_http_and_untrusted_clients_are_refused(tls_server: AuthServer) ->
         untrusting.get(f"{tls_server.http_url}/v2/health/ready")  # the system store does not know our CA
 
 
-def test_tritonclient_grpc_reaches_tls_with_root_certificates(tls_server: AuthServer, pki: Pki) -> None:
+def test_tritonclient_grpc_reaches_tls_with_root_certificates(tls_server: ServerProcess, pki: Pki) -> None:
     client = grpcclient.InferenceServerClient(tls_server.grpc_address, ssl=True, root_certificates=str(pki.ca))
     try:
         assert client.is_server_ready()
@@ -134,7 +135,7 @@ def test_tritonclient_grpc_reaches_tls_with_root_certificates(tls_server: AuthSe
         plain.close()
 
 
-def test_mutual_tls_http_admits_only_a_certificate_the_ca_signed(mtls_server: AuthServer, pki: Pki) -> None:
+def test_mutual_tls_http_admits_only_a_certificate_the_ca_signed(mtls_server: ServerProcess, pki: Pki) -> None:
     options = {"ca_certs": str(pki.ca), "certfile": str(pki.client_cert), "keyfile": str(pki.client_key)}
     client = httpclient.InferenceServerClient(mtls_server.http_address, ssl=True, ssl_options=options)
     try:
@@ -153,7 +154,7 @@ def test_mutual_tls_http_admits_only_a_certificate_the_ca_signed(mtls_server: Au
         https.get(f"{mtls_server.management_url}/models")
 
 
-def test_mutual_tls_grpc_admits_only_a_certificate_the_ca_signed(mtls_server: AuthServer, pki: Pki) -> None:
+def test_mutual_tls_grpc_admits_only_a_certificate_the_ca_signed(mtls_server: ServerProcess, pki: Pki) -> None:
     client = grpcclient.InferenceServerClient(
         mtls_server.grpc_address, ssl=True, root_certificates=str(pki.ca),
         private_key=str(pki.client_key), certificate_chain=str(pki.client_cert),
