@@ -44,6 +44,15 @@ def serve(
     exit_timeout_s: Annotated[float | None, typer.Option("--exit-timeout-secs", help="How long SIGTERM waits for in-flight requests.")] = None,
     max_body_bytes: Annotated[int | None, typer.Option("--max-body-bytes", help="Largest request body (413 above).")] = None,
     request_timeout_s: Annotated[float | None, typer.Option("--request-timeout-s", help="Server-side time limit per request.")] = None,
+    max_tensor_elements: Annotated[int | None, typer.Option("--max-tensor-elements", help="Largest element count of one input tensor.")] = None,
+    max_tensor_rank: Annotated[int | None, typer.Option("--max-tensor-rank", help="Most dimensions of one input tensor [32].")] = None,
+    offload_decode_bytes: Annotated[int | None, typer.Option("--offload-decode-bytes", help="Bodies above this decode in a worker thread [1 MiB].")] = None,
+    http_header_timeout_s: Annotated[float | None, typer.Option("--http-header-timeout-s", help="Time to send request headers; 408 after [10].")] = None,
+    http_keep_alive_timeout_s: Annotated[int | None, typer.Option("--http-keep-alive-timeout-s", help="Idle keep-alive seconds [30].")] = None,
+    http_max_connections: Annotated[int | None, typer.Option("--http-max-connections", help="Open connections per HTTP port; 503 past it [1000].")] = None,
+    http_max_header_bytes: Annotated[int | None, typer.Option("--http-max-header-bytes", help="Request line + headers; 431 past it [64 KiB].")] = None,
+    grpc_max_concurrent_streams: Annotated[int | None, typer.Option("--grpc-max-concurrent-streams", help="Concurrent gRPC calls per connection [1000].")] = None,
+    grpc_max_error_bytes: Annotated[int | None, typer.Option("--grpc-max-error-bytes", help="Longest gRPC error message [2048].")] = None,
     settings_file: Annotated[Path | None, typer.Option("--settings", help="JSON settings file.")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error.")] = "info",
 ) -> None:
@@ -62,7 +71,14 @@ def serve(
             load_models=load_model or None,
             repository_poll_secs=repository_poll_secs,
             exit_timeout_s=exit_timeout_s,
-            limits={"max_body_bytes": max_body_bytes, "request_timeout_s": request_timeout_s},
+            limits={
+                "max_body_bytes": max_body_bytes, "request_timeout_s": request_timeout_s,
+                "max_tensor_elements": max_tensor_elements, "max_tensor_rank": max_tensor_rank,
+                "offload_decode_bytes": offload_decode_bytes, "http_header_timeout_s": http_header_timeout_s,
+                "http_keep_alive_timeout_s": http_keep_alive_timeout_s, "http_max_connections": http_max_connections,
+                "http_max_header_bytes": http_max_header_bytes,
+                "grpc_max_concurrent_streams": grpc_max_concurrent_streams, "grpc_max_error_bytes": grpc_max_error_bytes,
+            },
         )
     except (ValidationError, ValueError) as exc:
         typer.echo(f"error: invalid settings: {exc}", err=True)

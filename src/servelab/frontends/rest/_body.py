@@ -1,14 +1,22 @@
-"""Reading a request body within limits: Content-Length checked before a byte is read; gzip/deflate."""
+"""Reading a request body within limits (Content-Length checked before a byte is read; gzip/deflate),
+and running the work on a large one in a worker thread so that the event loop keeps serving.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import zlib
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from starlette.requests import Request
 
 from servelab.errors import InvalidArgument, PayloadTooLarge
 
-__all__ = ["read_body"]
+__all__ = ["off_loop_if_large", "read_body"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _WBITS = {"gzip": 31, "deflate": 15}
 
@@ -58,3 +66,14 @@ def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
     if len(out) > limit or inflater.unconsumed_tail:
         raise _too_large(f"more than {limit} (decompressed)", limit)
     return out
+
+
+async def off_loop_if_large(size: int, threshold: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args)`` inline when ``size`` bytes are at most ``threshold``, else in the loop's executor.
+
+    Small bodies stay inline: a thread hop costs more than decoding them. A large one (64 MB of JSON
+    takes about a second) would hold every other request on this loop for as long.
+    """
+    if size <= threshold:
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
