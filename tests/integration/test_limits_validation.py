@@ -68,9 +68,8 @@ def test_hostile_shapes_are_invalid_argument_over_grpc(server: ServerProcess, sh
     inp = msg.inputs.add(name="INPUT", datatype="FP32")
     inp.shape.extend(shape)
     msg.raw_input_contents.append(b"")
-    with grpc.insecure_channel(server.grpc_address) as channel:
-        with pytest.raises(grpc.RpcError) as info:
-            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(msg, timeout=10)
+    with grpc.insecure_channel(server.grpc_address) as channel, pytest.raises(grpc.RpcError) as info:
+        pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(msg, timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
     assert "input 'INPUT'" in (info.value.details() or "")
 

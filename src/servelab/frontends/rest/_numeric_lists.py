@@ -47,7 +47,7 @@ class NotLifted(Exception):
 class LiftedLists:
     """The lists taken out of one body: their (start, end) byte offsets and the marker key."""
 
-    body: bytes
+    body: bytes | bytearray
     spans: list[tuple[int, int]]
     key: str
     taken: set[int] = field(default_factory=set)
@@ -68,17 +68,17 @@ class LiftedLists:
             raise NotLifted("a lifted list is not an input's data")
 
 
-def lift_lists(body: bytes) -> tuple[bytes, LiftedLists] | None:
+def lift_lists(body: bytes | bytearray) -> tuple[bytes, LiftedLists] | None:
     """(header with markers, the lifted lists), or None when the body has no long flat number list."""
     key = "$servelab-list-" + os.urandom(6).hex()
     spans: list[tuple[int, int]] = []
-    pieces: list[bytes] = []
+    pieces: list[bytes | bytearray] = []
     last = 0
     for match in _DATA_KEY.finditer(body):
         opening = match.end() - 1
         if opening < last:
             continue
-        closing = _NUMBER_CHARS.match(body, opening + 1).end()  # type: ignore[union-attr]  # always matches
+        closing = _end_of_numbers(body, opening + 1)
         if closing >= len(body) or body[closing] != ord("]") or closing - opening < MIN_LIST_BYTES:
             continue
         pieces += (body[last:opening], b'{"%s":%d}' % (key.encode(), len(spans)))
@@ -90,7 +90,19 @@ def lift_lists(body: bytes) -> tuple[bytes, LiftedLists] | None:
     return b"".join(pieces), LiftedLists(body, spans, key)
 
 
-def _decode(body: bytes, start: int, end: int, datatype: DataType, count: int, name: str) -> np.ndarray:
+def _end_of_numbers(body: bytes | bytearray, start: int) -> int:
+    """Where the run of number characters from ``start`` ends, matched a chunk at a time: one match
+    over 64 MB would hold the GIL (and with it the event loop) for a tenth of a second."""
+    pos = start
+    while True:
+        stop = min(len(body), pos + _CHUNK_BYTES)
+        end = _NUMBER_CHARS.match(body, pos, stop).end()  # type: ignore[union-attr]  # `*` always matches
+        if end < stop or stop == len(body):
+            return end
+        pos = end
+
+
+def _decode(body: bytes | bytearray, start: int, end: int, datatype: DataType, count: int, name: str) -> np.ndarray:
     out = np.empty(count, dtype=datatype.numpy_dtype)
     filled = 0
     pos = start

@@ -43,7 +43,7 @@ class DecodedRequest:
     binary_outputs: dict[str, bool] = field(default_factory=dict)
 
 
-def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
+def split_body(body: bytes | bytearray, header_length: str | None) -> tuple[bytes | bytearray | memoryview, memoryview]:
     """(JSON header, binary tail) from ``Inference-Header-Content-Length``; a lying length is a 400."""
     if header_length is None:
         return body, memoryview(b"")
@@ -63,7 +63,7 @@ def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryvi
     return view[:n], view[n:]
 
 
-def parse_json_object(raw: bytes | memoryview, what: str) -> dict[str, Any]:
+def parse_json_object(raw: bytes | bytearray | memoryview, what: str) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -151,7 +151,7 @@ def _requested(value: Any) -> tuple[list[RequestedOutput], dict[str, bool]]:
 
 
 def decode_body(
-    body: bytes, header_length: str | None, model: str, version: str, limits: LimitSettings
+    body: bytes | bytearray, header_length: str | None, model: str, version: str, limits: LimitSettings
 ) -> DecodedRequest:
     """A whole infer body (JSON header, optional binary tail) as a DecodedRequest.
 
@@ -160,7 +160,7 @@ def decode_body(
     """
     header_raw, tail = split_body(body, header_length)
     if len(header_raw) >= MIN_LIST_BYTES:
-        lifted = lift_lists(bytes(header_raw))
+        lifted = lift_lists(header_raw if not isinstance(header_raw, memoryview) else bytes(header_raw))
         if lifted is not None:
             try:
                 header = orjson.loads(lifted[0])
@@ -208,7 +208,7 @@ def decode_infer(
 
 
 def raw_request(
-    body: bytes, metadata: dict[str, Any], model: str, version: str, limits: LimitSettings
+    body: bytes | bytearray, metadata: dict[str, Any], model: str, version: str, limits: LimitSettings
 ) -> DecodedRequest:
     """Triton's raw binary request (header length 0): the body is the one input's bytes, batch 1."""
     inputs = metadata["inputs"]
@@ -234,7 +234,7 @@ def raw_request(
                 raise InvalidArgument(f"raw binary request: {len(body)} bytes do not fit shape {spec['shape']}")
             shape[unknown[0]] = len(body) // known
         checked, _ = check_shape(shape, f"raw binary request for input '{spec['name']}'", limits)
-        array = array_from_raw(body, datatype, checked, spec["name"])
+        array = array_from_raw(memoryview(body), datatype, checked, spec["name"])
     tensor = Tensor(spec["name"], datatype, tuple(shape), array)
     return DecodedRequest(InferRequest(model, [tensor], version), binary_default=True)
 

@@ -165,7 +165,7 @@ async def predict(request: Request) -> Response:
     return json_response(_predictions(response, row))
 
 
-def _decode(raw: bytes, meta: dict[str, Any], limits: LimitSettings) -> tuple[list[Tensor], bool]:
+def _decode(raw: bytes | bytearray, meta: dict[str, Any], limits: LimitSettings) -> tuple[list[Tensor], bool]:
     """(input tensors, row format?) of a predict body."""
     body = parse_json_object(raw, "predict request")
     signature = body.get("signature_name", SIGNATURE)

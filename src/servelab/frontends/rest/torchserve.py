@@ -45,7 +45,7 @@ def default_version(request: Request, name: str) -> str:
     return defaults.get(name, "")
 
 
-def _parse(body: bytes, content_type: str) -> tuple[bool, Any]:
+def _parse(body: bytes | bytearray, content_type: str) -> tuple[bool, Any]:
     """(is JSON, value)."""
     try:
         return True, orjson.loads(body)
@@ -72,7 +72,7 @@ def _inputs(parsed: Any, is_json: bool, inputs: list[dict[str, Any]], name: str)
 
 
 def _decode(
-    body: bytes, content_type: str, meta: dict[str, Any], name: str, limits: LimitSettings
+    body: bytes | bytearray, content_type: str, meta: dict[str, Any], name: str, limits: LimitSettings
 ) -> tuple[list[Tensor], bool]:
     """(input tensors, whether a batch dimension was added) of a predictions body."""
     is_json, parsed = _parse(body, content_type)
