@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -41,6 +42,28 @@ FD_RESERVE = 256
 
 class _HeadersTooLarge(Exception):
     pass
+
+
+class _OnePer10s(logging.Filter):
+    """uvicorn logs "Exceeded concurrency limit." for every refused request: under a flood, one line per
+    10 s (with how many were refused) keeps the log, and the loop writing it, out of the flood."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = 0.0
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != "Exceeded concurrency limit.":
+            return True
+        now = time.monotonic()
+        if now - self._last < 10.0:
+            self._dropped += 1
+            return False
+        if self._dropped:
+            record.msg = f"Exceeded concurrency limit ({self._dropped + 1} requests answered 503 in 10 s)."
+        self._last, self._dropped = now, 0
+        return True
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -161,6 +184,7 @@ def _bounded(
     header_timeout_s: float, max_header_bytes: int, max_connections: int, ports: int
 ) -> tuple[type[BoundedHttpToolsProtocol], int]:
     open_files = raise_open_file_limit()
+    logging.getLogger("uvicorn.error").addFilter(_OnePer10s())
     cap = connection_cap(max_connections, ports, open_files)
     if cap < max_connections:
         log.warning(
