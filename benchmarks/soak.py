@@ -185,7 +185,8 @@ def _markdown(doc: dict[str, Any]) -> str:
         f"batch 1. Maximum throughput measured first (closed loop, {a['max_concurrency']} in flight): "
         f"{doc['max_rps']:.0f} req/s; then open loop at {a['load_fraction']:.0%} of it "
         f"({s['offered_rps']:.0f} req/s) for {a['duration_s']:g} s, reloading the model every "
-        f"{a['reload_every_s']:g} s ({s['reloads']} reloads, {s['failed_reloads']} failed). "
+        f"{a['reload_every_s']:g} s ({s['reloads']} reloads, {s['failed_reloads']} failed); windows of "
+        f"{a['window_s']:g} s. "
         f"Measured {doc['when']} on {doc['machine']}.",
         "",
         "| window | requests | req/s | P50 ms | P99 ms | errors |",
