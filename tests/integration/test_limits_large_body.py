@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 import orjson
 import pytest
+import tritonclient.grpc as tc
 from conftest import ServerProcess
 from onnx import TensorProto, helper
 
@@ -145,3 +146,14 @@ def test_small_requests_keep_their_p99_while_a_64_mb_request_decodes(
     print(f"\n64 MB JSON request: {finished - started:.2f} s; {len(during)} small requests meanwhile, "
           f"P50 {np.percentile(during, 50) * 1e3:.1f} ms, P99 {p99_ms:.1f} ms, max {max(during) * 1e3:.1f} ms")
     assert p99_ms < P99_BAR_MS, f"P99 {p99_ms:.1f} ms of {len(during)} small requests during the 64 MB one"
+
+
+def test_a_64_mb_grpc_request_decodes_off_the_loop_and_answers(big_server: ServerProcess) -> None:
+    """The gRPC path above the threshold (decode in a worker thread), with stock tritonclient."""
+    values = np.random.default_rng(1).random(16 * 1024 * 1024).astype(np.float32)  # 64 MB raw
+    client = tc.InferenceServerClient(big_server.grpc_address)
+    inp = tc.InferInput("X", [values.size], "FP32")
+    inp.set_data_from_numpy(values)
+    result = client.infer("sum_fp32", [inp], client_timeout=120)
+    assert result.as_numpy("Y")[0] == pytest.approx(float(values.astype(np.float64).sum()), rel=1e-4)
+    client.close()
