@@ -66,6 +66,9 @@ def test_management_list_describe_register_scale_default_unregister(management: 
     r = management.delete("/models/echo_uint8")
     assert r.status_code == 200 and r.json() == {"status": 'Model "echo_uint8" unregistered'}
     r = management.get("/models/echo_uint8")
-    assert r.status_code == 503 and r.json()["code"] == 503 and "not ready" in r.json()["message"]
+    # TorchServe's spec: an unregistered model is 404 "Model not found" (not 503)
+    assert r.status_code == 404 and r.json() == {
+        "code": 404, "type": "ModelNotFoundException", "message": "Model not found: echo_uint8"
+    }
     r = management.post("/models", params={"url": "does_not_exist"})
     assert r.status_code in (400, 404) and r.json()["message"]

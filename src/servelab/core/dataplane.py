@@ -173,7 +173,13 @@ class DataPlane:
         return self.infer_arrays(name, inputs, version)
 
     def _check_requested(self, lv: LoadedVersion, requested: list[RequestedOutput]) -> None:
+        seen: set[str] = set()
         for r in requested:
+            if r.name in seen:
+                raise InvalidArgument(
+                    f"model '{lv.name}': output '{r.name}' is requested more than once; ask for each output once"
+                )
+            seen.add(r.name)
             if r.name not in lv.signature.outputs:
                 raise InvalidArgument(
                     f"model '{lv.name}': unknown requested output '{r.name}'; expected one of "

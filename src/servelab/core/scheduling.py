@@ -29,7 +29,7 @@ from servelab.backends.base import Backend, Inputs, Outputs, concat_rows, split_
 from servelab.core.cache import ResponseCache, cache_key
 from servelab.core.processes import ProcessInstance, to_processes
 from servelab.core.stats import ModelStats
-from servelab.errors import InternalError, ServelabError
+from servelab.errors import InternalError, ServelabError, Unavailable
 from servelab.metrics.histograms import ModelHistograms
 from servelab.protocol import model_config_pb2 as mc
 
@@ -221,18 +221,22 @@ class DirectScheduler(Scheduler):
             backends[0].config, "idle_inline_execution_us", _DEFAULT_IDLE_INLINE_US
         )
         self._ewma_ns = float(10 * max(self.inline_ns, self.idle_inline_ns) + 1)
+        self._closed = False
         self._pool = ThreadPoolExecutor(
             max_workers=threads or len(backends), thread_name_prefix=f"infer-{stats.name}"
         )
 
     def _run(self, inputs: Inputs) -> Outputs:
-        backend = self.backends[self._next % len(self.backends)] if len(self.backends) > 1 else self.backends[0]
-        self._next += 1
         self._enter()
         try:
-            results, input_ns, infer_ns, output_ns = execute_timed(backend, [inputs])
+            return self._execute(inputs)
         finally:
             self._leave()
+
+    def _execute(self, inputs: Inputs) -> Outputs:
+        backend = self.backends[self._next % len(self.backends)] if len(self.backends) > 1 else self.backends[0]
+        self._next += 1
+        results, input_ns, infer_ns, output_ns = execute_timed(backend, [inputs])
         # exponentially weighted execution time: decides whether the event loop may run the model itself
         self._ewma_ns += (infer_ns - self._ewma_ns) * 0.1
         result = results[0]
@@ -256,10 +260,32 @@ class DirectScheduler(Scheduler):
             # Nothing in flight and no request for a while on this loop: nobody would wait for it.
             return self._run(inputs)
         state[0] += 1
+        # in flight from submission, not from when a worker thread picks it up: a reload's drain must wait
+        # for requests still queued in the pool (it used to close the pool under them: 500s mid-reload)
+        self._enter()
         try:
-            return await loop.run_in_executor(self._pool, self._run, inputs)
+            return await self._in_pool(loop, inputs)
         finally:
+            self._leave()
             state[0] -= 1
 
+    async def _in_pool(self, loop: asyncio.AbstractEventLoop, inputs: Inputs) -> Outputs:
+        """The pool's answer; Unavailable (never a RuntimeError or a stray cancellation) once it is closed."""
+        gone = Unavailable(f"model '{self.stats.name}' version {self.stats.version} was unloaded; retry")
+        if self._closed:
+            raise gone
+        try:
+            future = loop.run_in_executor(self._pool, self._execute, inputs)
+        except RuntimeError:  # closed between the check and the submission (close runs in another thread)
+            raise gone from None
+        try:
+            return await future
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if future.cancelled() and task is not None and not task.cancelling():
+                raise gone from None  # the pool dropped it at close (past the drain timeout)
+            raise
+
     def close(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -32,6 +32,7 @@ from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.core.registry import ModelRegistry
 from servelab.frontends.auth import build_door, grpc_interceptors, grpc_server_credentials, http_ssl_options
+from servelab.frontends.http_protocol import bounded_protocol
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
 from servelab.metrics import ServerMetrics
 from servelab.repository import ModelRepository
@@ -123,15 +124,18 @@ class Server:
 
     # ----- start -----
     def _uvicorn(self, app: Any) -> _Uvicorn:
+        limits = self.settings.limits
+        protocol, max_connections = bounded_protocol(limits, ports=3)  # header timer, connection ceiling
         config = uvicorn.Config(
             app,
             loop="uvloop",
-            http="httptools",
+            http=protocol,
             lifespan="off",
             access_log=False,
             log_config=None,
             timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_s)),
-            timeout_keep_alive=30,
+            timeout_keep_alive=limits.http_keep_alive_timeout_s,
+            limit_concurrency=max_connections + 1,  # uvicorn counts the asking connection: 503 past the cap
             **self._ssl_options,
         )
         server = _Uvicorn(config)
@@ -161,7 +165,7 @@ class Server:
             return
         self._grpc = await module.start_grpc_server(
             self.dataplane, self.settings.host, self.settings.grpc_port,
-            max_message_bytes=self.settings.limits.max_body_bytes,
+            max_message_bytes=self.settings.limits.max_body_bytes, limits=self.settings.limits,
             interceptors=grpc_interceptors(self.door),
             credentials=self._grpc_credentials,
         )

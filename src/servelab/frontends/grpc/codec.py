@@ -12,12 +12,21 @@ from typing import Any
 
 import numpy as np
 
+from servelab.config.settings import LimitSettings
 from servelab.errors import InvalidArgument, Unsupported
+from servelab.frontends.shapes import check_shape
 from servelab.protocol import grpc_service_pb2 as pb
-from servelab.protocol.codecs import array_from_raw, array_to_raw, element_count
+from servelab.protocol.codecs import array_from_raw, array_to_raw
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
-__all__ = ["CONTENTS_FIELD", "decode_parameters", "decode_request", "encode_parameters", "encode_response"]
+__all__ = [
+    "CONTENTS_FIELD",
+    "decode_parameters",
+    "decode_request",
+    "encode_parameters",
+    "encode_response",
+    "payload_bytes",
+]
 
 #: The typed ``InferTensorContents`` field that carries each datatype (FP16 and BF16 have none).
 CONTENTS_FIELD: dict[DataType, str] = {
@@ -41,6 +50,7 @@ _WIDE: dict[str, np.dtype[Any]] = {
 }
 _SHARED_MEMORY_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 CLASSIFICATION = "classification"
+_DEFAULT_LIMITS = LimitSettings()
 
 
 def decode_parameters(params: Any, where: str) -> dict[str, Any]:
@@ -74,7 +84,16 @@ def encode_parameters(values: dict[str, Any], target: Any) -> None:
             p.string_param = value if isinstance(value, str) else str(value)
 
 
-def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
+def payload_bytes(msg: pb.ModelInferRequest) -> int:
+    """About how many bytes of tensor data a request carries (cheap: no field is copied)."""
+    size = sum(len(r) for r in msg.raw_input_contents)
+    for inp in msg.inputs:
+        if inp.HasField("contents"):
+            size += sum(8 * len(values) for _, values in inp.contents.ListFields())
+    return size
+
+
+def decode_request(msg: pb.ModelInferRequest, limits: LimitSettings = _DEFAULT_LIMITS) -> InferRequest:
     """Validate and decode a wire request; every error names the tensor and what was expected."""
     raw = msg.raw_input_contents
     if raw and len(raw) != len(msg.inputs):
@@ -85,7 +104,7 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
     tensors: list[Tensor] = []
     for i, inp in enumerate(msg.inputs):
         datatype = _datatype(inp.datatype, f"input '{inp.name}'")
-        shape = tuple(inp.shape)
+        shape, count = check_shape(tuple(inp.shape), f"input '{inp.name}'", limits)
         params = decode_parameters(inp.parameters, f"input '{inp.name}'") if inp.parameters else {}
         if params:
             _refuse_shared_memory(params, f"input '{inp.name}'")
@@ -97,7 +116,7 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
                 )
             data = array_from_raw(raw[i], datatype, shape, inp.name)
         else:
-            data = _from_contents(inp, datatype, shape)
+            data = _from_contents(inp, datatype, shape, count)
         tensors.append(Tensor(inp.name, datatype, shape, data, params))
     return InferRequest(
         model_name=msg.model_name,
@@ -154,9 +173,8 @@ def _requested(out: pb.ModelInferRequest.InferRequestedOutputTensor) -> Requeste
 
 
 def _from_contents(
-    inp: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...]
+    inp: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...], count: int
 ) -> np.ndarray:
-    count = element_count(shape, inp.name)
     given = [f.name for f, _ in inp.contents.ListFields()] if inp.HasField("contents") else []
     field = CONTENTS_FIELD.get(datatype)
     if field is None:

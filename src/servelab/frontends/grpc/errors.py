@@ -2,7 +2,9 @@
 
 Servicer methods raise :class:`servelab.errors.ServelabError` subclasses and never call
 ``context.abort`` themselves; the :func:`rpc` decorator turns the error into a status with the message
-as details. Anything else is a bug: the client gets INTERNAL with a request id, the traceback goes to
+as details, cut to ``max_error_bytes`` (the servicer's, from settings ``limits.grpc_max_error_bytes``):
+details travel percent-encoded in trailing metadata, and a stock client refuses trailers over 8 KiB as
+a transport failure instead of showing the message. Anything else is a bug: the client gets INTERNAL with a request id, the traceback goes to
 the server log under the same id, never onto the wire.
 """
 
@@ -19,7 +21,7 @@ import grpc.aio
 
 from servelab.errors import ErrorCode, ServelabError
 
-__all__ = ["STATUS_FOR_CODE", "describe", "rpc"]
+__all__ = ["DEFAULT_MAX_ERROR_BYTES", "STATUS_FOR_CODE", "describe", "rpc", "trim_message"]
 
 log = logging.getLogger("servelab.grpc")
 
@@ -37,15 +39,30 @@ STATUS_FOR_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
+#: UTF-8 bytes of a message at most: percent-encoded (3 bytes per non-ASCII byte) under 8 KiB
+DEFAULT_MAX_ERROR_BYTES = 2048
+
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Handler = Callable[[Any, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
 
 
-def describe(exc: Exception, method: str) -> tuple[grpc.StatusCode, str]:
+def trim_message(message: str, max_bytes: int = DEFAULT_MAX_ERROR_BYTES) -> str:
+    """``message`` when its UTF-8 form fits ``max_bytes``, else its start and how much was cut."""
+    raw = message.encode("utf-8", errors="replace")
+    if len(raw) <= max_bytes:
+        return message
+    marker = f" ... [{len(raw)} bytes, cut]"
+    head = raw[: max(0, max_bytes - len(marker))].decode("utf-8", errors="ignore")
+    return head + marker
+
+
+def describe(
+    exc: Exception, method: str, max_bytes: int = DEFAULT_MAX_ERROR_BYTES
+) -> tuple[grpc.StatusCode, str]:
     """Status and client-facing message for ``exc``; unexpected errors are logged with a request id."""
     if isinstance(exc, ServelabError):
-        return STATUS_FOR_CODE.get(exc.code, grpc.StatusCode.INTERNAL), exc.message
+        return STATUS_FOR_CODE.get(exc.code, grpc.StatusCode.INTERNAL), trim_message(exc.message, max_bytes)
     request_id = uuid.uuid4().hex[:16]
     log.error("gRPC %s failed [request id %s]", method, request_id, exc_info=exc)
     return grpc.StatusCode.INTERNAL, f"internal server error (request id {request_id}); see the server log"
@@ -61,7 +78,7 @@ def rpc(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
         except grpc.aio.AbortError:
             raise  # context.abort() was already called; its status stands
         except Exception as exc:
-            code, message = describe(exc, method.__name__)
+            code, message = describe(exc, method.__name__, getattr(self, "max_error_bytes", DEFAULT_MAX_ERROR_BYTES))
             await context.abort(code, message)
             raise AssertionError("context.abort returned") from exc  # pragma: no cover - abort always raises
 

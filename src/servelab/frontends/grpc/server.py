@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import grpc
 import grpc.aio
 
+from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
 from servelab.frontends.grpc.servicer import HealthServicer, InferenceServicer
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
@@ -31,26 +32,30 @@ async def start_grpc_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     credentials: grpc.ServerCredentials | None = None,
+    limits: LimitSettings | None = None,
 ) -> grpc.aio.Server:
     """Bind ``host:port`` (0 picks a free port), start serving and return the started server.
 
     The port actually bound is ``bound_port(server)`` (also the attribute ``server.servelab_bound_port``).
-    Messages above ``max_message_bytes`` are refused by gRPC with RESOURCE_EXHAUSTED. Stop the server
+    Messages above ``max_message_bytes`` are refused by gRPC with RESOURCE_EXHAUSTED; ``limits`` (the
+    settings' LimitSettings) bound the streams per connection, tensor shapes and error messages. Stop the server
     with ``await server.stop(grace_s)``. Raises OSError when the address cannot be bound.
     ``interceptors`` run before every handler (servelab.frontends.auth's door); ``credentials`` (from
     ``grpc.ssl_server_credentials``) serve TLS instead of plain text.
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive; got {max_message_bytes}")
+    limits = limits if limits is not None else LimitSettings()
     server = grpc.aio.server(
         interceptors=list(interceptors) or None,
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_concurrent_streams", limits.grpc_max_concurrent_streams),
             ("grpc.so_reuseport", 0),
         ]
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane, limits=limits), server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(dataplane), server)
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:

@@ -17,9 +17,10 @@ from typing import Any, TypeAlias
 import grpc.aio
 from google.protobuf import json_format
 
+from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
 from servelab.errors import InvalidArgument, NotFound, Unsupported
-from servelab.frontends.grpc.codec import decode_request, encode_response
+from servelab.frontends.grpc.codec import decode_request, encode_response, payload_bytes
 from servelab.frontends.grpc.errors import describe, rpc
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
@@ -40,9 +41,14 @@ _LOAD_PARAMETERS = ("config",)
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Triton's full gRPC service; the OIP core plus streaming, config, statistics and repository."""
 
-    def __init__(self, dataplane: DataPlane, *, stream_window: int = STREAM_WINDOW) -> None:
+    def __init__(
+        self, dataplane: DataPlane, *, stream_window: int = STREAM_WINDOW, limits: LimitSettings | None = None
+    ) -> None:
         self.dataplane = dataplane
         self.stream_window = stream_window
+        self.limits = limits if limits is not None else LimitSettings()
+        #: read by the ``rpc`` decorator: longest error message sent
+        self.max_error_bytes = self.limits.grpc_max_error_bytes
 
     # ----- health and metadata -----
     @rpc
@@ -101,7 +107,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         t0 = perf_counter_ns()
-        decoded = decode_request(request)
+        if payload_bytes(request) > self.limits.offload_decode_bytes:  # keep the loop free for small calls
+            decoded = await asyncio.to_thread(decode_request, request, self.limits)
+        else:
+            decoded = decode_request(request, self.limits)
         t1 = perf_counter_ns()
         response = await self.dataplane.infer_async(decoded)
         t2 = perf_counter_ns()

@@ -16,11 +16,14 @@ from typing import Any
 import numpy as np
 import orjson
 
+from servelab.config.settings import LimitSettings
 from servelab.errors import InvalidArgument
+from servelab.frontends.rest._numeric_lists import MIN_LIST_BYTES, LiftedLists, NotLifted, lift_lists
+from servelab.frontends.shapes import check_shape
 from servelab.protocol.codecs import array_from_json, array_from_raw, array_to_json, array_to_raw
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
-__all__ = ["DecodedRequest", "decode_infer", "encode_infer", "parse_json_object", "split_body"]
+__all__ = ["DecodedRequest", "decode_body", "decode_infer", "encode_infer", "parse_json_object", "split_body"]
 
 #: dtypes orjson serialises straight from numpy (no per-element Python objects)
 _ORJSON_NUMPY = frozenset(
@@ -40,7 +43,7 @@ class DecodedRequest:
     binary_outputs: dict[str, bool] = field(default_factory=dict)
 
 
-def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
+def split_body(body: bytes | bytearray, header_length: str | None) -> tuple[bytes | bytearray | memoryview, memoryview]:
     """(JSON header, binary tail) from ``Inference-Header-Content-Length``; a lying length is a 400."""
     if header_length is None:
         return body, memoryview(b"")
@@ -60,7 +63,7 @@ def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryvi
     return view[:n], view[n:]
 
 
-def parse_json_object(raw: bytes | memoryview, what: str) -> dict[str, Any]:
+def parse_json_object(raw: bytes | bytearray | memoryview, what: str) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -82,7 +85,7 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
 
 
 def _input_tensor(
-    item: Any, index: int, tail: memoryview, offset: int, max_elements: int
+    item: Any, index: int, tail: memoryview, offset: int, limits: LimitSettings, lifted: LiftedLists | None
 ) -> tuple[Tensor, int]:
     if not isinstance(item, dict):
         raise InvalidArgument(f"inputs[{index}] must be an object with name, shape, datatype and data")
@@ -90,9 +93,7 @@ def _input_tensor(
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"inputs[{index}]: 'name' must be a non-empty string")
     where = f"input '{name}'"
-    shape = item.get("shape")
-    if not isinstance(shape, list) or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in shape):
-        raise InvalidArgument(f"{where}: 'shape' must be a list of non-negative integers; got {shape!r}")
+    shape, count = check_shape(item.get("shape"), where, limits)
     datatype_name = item.get("datatype")
     if not isinstance(datatype_name, str):
         raise InvalidArgument(f"{where}: 'datatype' must be a string such as \"FP32\"; got {datatype_name!r}")
@@ -100,9 +101,6 @@ def _input_tensor(
         datatype = DataType.parse(datatype_name)
     except ValueError as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
-    count = math.prod(shape)
-    if count > max_elements:
-        raise InvalidArgument(f"{where}: shape {shape} has {count} elements; the limit is {max_elements}")
     params = _parameters(item.get("parameters"), where)
     size = params.get("binary_data_size")
     if size is not None:
@@ -117,14 +115,16 @@ def _input_tensor(
             )
         raw = tail[offset : offset + size]
         if datatype is DataType.BYTES and 4 * count > size:
-            raise InvalidArgument(f"{where}: BYTES {shape} needs at least {4 * count} bytes; got {size}")
-        array = array_from_raw(raw, datatype, tuple(shape), name)
+            raise InvalidArgument(f"{where}: BYTES {list(shape)} needs at least {4 * count} bytes; got {size}")
+        array = array_from_raw(raw, datatype, shape, name)
         params = {k: v for k, v in params.items() if k != "binary_data_size"}
-        return Tensor(name, datatype, tuple(shape), array, params), offset + size
+        return Tensor(name, datatype, shape, array, params), offset + size
     if "data" not in item:
         raise InvalidArgument(f"{where}: has no 'data' and no parameters.binary_data_size")
-    array = array_from_json(item["data"], datatype, tuple(shape), name)
-    return Tensor(name, datatype, tuple(shape), array, params), offset
+    data = item["data"]
+    taken = lifted.take(data, datatype, shape, count, name) if lifted is not None else None
+    array = taken if taken is not None else array_from_json(data, datatype, shape, name)
+    return Tensor(name, datatype, shape, array, params), offset
 
 
 def _requested(value: Any) -> tuple[list[RequestedOutput], dict[str, bool]]:
@@ -150,8 +150,34 @@ def _requested(value: Any) -> tuple[list[RequestedOutput], dict[str, bool]]:
     return outputs, binary
 
 
+def decode_body(
+    body: bytes | bytearray, header_length: str | None, model: str, version: str, limits: LimitSettings
+) -> DecodedRequest:
+    """A whole infer body (JSON header, optional binary tail) as a DecodedRequest.
+
+    Long flat number lists of a large header are decoded chunk-wise (:mod:`._numeric_lists`), so
+    that peak memory stays near the body's size; whatever that path cannot take is decoded as usual.
+    """
+    header_raw, tail = split_body(body, header_length)
+    if len(header_raw) >= MIN_LIST_BYTES:
+        lifted = lift_lists(header_raw if not isinstance(header_raw, memoryview) else bytes(header_raw))
+        if lifted is not None:
+            try:
+                header = orjson.loads(lifted[0])
+                if isinstance(header, dict):
+                    return decode_infer(header, tail, model, version, limits, lifted[1])
+            except (orjson.JSONDecodeError, NotLifted):
+                pass  # the original body decodes below, and its errors name the right places
+    return decode_infer(parse_json_object(header_raw, "inference request"), tail, model, version, limits)
+
+
 def decode_infer(
-    header: dict[str, Any], tail: memoryview, model: str, version: str, max_elements: int
+    header: dict[str, Any],
+    tail: memoryview,
+    model: str,
+    version: str,
+    limits: LimitSettings,
+    lifted: LiftedLists | None = None,
 ) -> DecodedRequest:
     """Decode a parsed JSON header plus its binary tail into an InferRequest."""
     inputs_json = header.get("inputs")
@@ -167,8 +193,10 @@ def decode_infer(
     tensors: list[Tensor] = []
     offset = 0
     for i, item in enumerate(inputs_json):
-        tensor, offset = _input_tensor(item, i, tail, offset, max_elements)
+        tensor, offset = _input_tensor(item, i, tail, offset, limits, lifted)
         tensors.append(tensor)
+    if lifted is not None:
+        lifted.check_all_taken()
     if offset != len(tail):
         raise InvalidArgument(
             f"the inputs' binary_data_size values add up to {offset} bytes but {len(tail)} bytes follow the "
@@ -180,7 +208,7 @@ def decode_infer(
 
 
 def raw_request(
-    body: bytes, metadata: dict[str, Any], model: str, version: str, max_elements: int
+    body: bytes | bytearray, metadata: dict[str, Any], model: str, version: str, limits: LimitSettings
 ) -> DecodedRequest:
     """Triton's raw binary request (header length 0): the body is the one input's bytes, batch 1."""
     inputs = metadata["inputs"]
@@ -205,9 +233,8 @@ def raw_request(
             if known == 0 or len(body) % known:
                 raise InvalidArgument(f"raw binary request: {len(body)} bytes do not fit shape {spec['shape']}")
             shape[unknown[0]] = len(body) // known
-        if math.prod(shape) > max_elements:
-            raise InvalidArgument(f"raw binary request: {math.prod(shape)} elements; the limit is {max_elements}")
-        array = array_from_raw(body, datatype, tuple(shape), spec["name"])
+        checked, _ = check_shape(shape, f"raw binary request for input '{spec['name']}'", limits)
+        array = array_from_raw(memoryview(body), datatype, checked, spec["name"])
     tensor = Tensor(spec["name"], datatype, tuple(shape), array)
     return DecodedRequest(InferRequest(model, [tensor], version), binary_default=True)
 

@@ -12,15 +12,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from servelab.errors import InvalidArgument
-from servelab.frontends.rest._body import read_body
+from servelab.frontends.rest._body import off_loop_if_large, read_body
 from servelab.frontends.rest._common import dataplane, in_thread, json_response, model_and_version, settings
-from servelab.frontends.rest._oip_codec import (
-    decode_infer,
-    encode_infer,
-    parse_json_object,
-    raw_request,
-    split_body,
-)
+from servelab.frontends.rest._oip_codec import decode_body, encode_infer, parse_json_object, raw_request
 from servelab.repository import FILE_PREFIX, config_to_dict
 
 __all__ = ["EXTENSIONS", "routes"]
@@ -75,15 +69,19 @@ async def infer(request: Request) -> Response:
     t0 = perf_counter_ns()
     header_length = request.headers.get(_HEADER_LENGTH)
     if header_length is not None and header_length.strip() == "0":
-        decoded = raw_request(body, dp.model_metadata(name, version), name, version, limits.max_tensor_elements)
+        metadata = dp.model_metadata(name, version)
+        decoded = await off_loop_if_large(
+            len(body), limits.offload_decode_bytes, raw_request, body, metadata, name, version, limits
+        )
     else:
-        header_raw, tail = split_body(body, header_length)
-        header = parse_json_object(header_raw, "inference request")
-        decoded = decode_infer(header, tail, name, version, limits.max_tensor_elements)
+        decoded = await off_loop_if_large(
+            len(body), limits.offload_decode_bytes, decode_body, body, header_length, name, version, limits
+        )
     t1 = perf_counter_ns()
     response = await dp.infer_async(decoded.request)
     t2 = perf_counter_ns()
-    payload, json_length = encode_infer(response, decoded)
+    size = sum(t.data.nbytes for t in response.outputs)
+    payload, json_length = await off_loop_if_large(size, limits.offload_decode_bytes, encode_infer, response, decoded)
     dp.record_wire(response, t1 - t0, perf_counter_ns() - t2)
     if json_length is None:
         return Response(payload, media_type="application/json")

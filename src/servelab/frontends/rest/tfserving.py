@@ -21,8 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from servelab.config.settings import LimitSettings
 from servelab.errors import InvalidArgument, NotFound, Unsupported
-from servelab.frontends.rest._body import read_body
+from servelab.frontends.rest._body import off_loop_if_large, read_body
 from servelab.frontends.rest._common import dataplane, json_response, settings
 from servelab.frontends.rest._oip_codec import parse_json_object
 from servelab.frontends.rest._values import tensor_from_value
@@ -155,20 +156,27 @@ async def predict(request: Request) -> Response:
         raise Unsupported(f":{action} is not supported; use :predict")
     if action != "predict":
         raise NotFound(f"POST needs ':predict' after the model (got {request.url.path})")
-    body = parse_json_object(await read_body(request, settings(request).limits.max_body_bytes), "predict request")
-    signature = body.get("signature_name", SIGNATURE)
-    if signature not in (SIGNATURE, ""):
-        raise InvalidArgument(f"unknown signature_name {signature!r}; this model has only {SIGNATURE!r}")
-    if ("instances" in body) == ("inputs" in body):
-        raise InvalidArgument("the request must have exactly one of 'instances' (row format) or 'inputs' (columnar)")
+    limits = settings(request).limits
+    raw = await read_body(request, limits.max_body_bytes)
     dp = dataplane(request)
     meta = dp.model_metadata(name, version)
+    tensors, row = await off_loop_if_large(len(raw), limits.offload_decode_bytes, _decode, raw, meta, limits)
+    response = await dp.infer_async(InferRequest(name, tensors, version))
+    return json_response(_predictions(response, row))
+
+
+def _decode(raw: bytes | bytearray, meta: dict[str, Any], limits: LimitSettings) -> tuple[list[Tensor], bool]:
+    """(input tensors, row format?) of a predict body."""
+    body = parse_json_object(raw, "predict request")
+    signature = body.get("signature_name", SIGNATURE)
+    if signature not in (SIGNATURE, ""):
+        raise InvalidArgument(f"unknown signature_name {signature!r:.80}; this model has only {SIGNATURE!r}")
+    if ("instances" in body) == ("inputs" in body):
+        raise InvalidArgument("the request must have exactly one of 'instances' (row format) or 'inputs' (columnar)")
     row = "instances" in body
     values = _row_inputs(body["instances"], meta["inputs"]) if row else _columnar_inputs(body["inputs"], meta["inputs"])
     types = {m["name"]: DataType(m["datatype"]) for m in meta["inputs"]}
-    tensors = [tensor_from_value(n, types[n], v) for n, v in values.items()]
-    response = await dp.infer_async(InferRequest(name, tensors, version))
-    return json_response(_predictions(response, row))
+    return [tensor_from_value(n, types[n], v, limits) for n, v in values.items()], row
 
 
 def routes() -> list[BaseRoute]:

@@ -24,8 +24,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from servelab.config.settings import LimitSettings
 from servelab.errors import InvalidArgument
-from servelab.frontends.rest._body import read_body
+from servelab.frontends.rest._body import off_loop_if_large, read_body
 from servelab.frontends.rest._common import dataplane, json_response, settings
 from servelab.frontends.rest._values import shape_of, tensor_from_value, unb64
 from servelab.types import DataType, InferRequest, Tensor
@@ -44,7 +45,7 @@ def default_version(request: Request, name: str) -> str:
     return defaults.get(name, "")
 
 
-def _parse(body: bytes, content_type: str) -> tuple[bool, Any]:
+def _parse(body: bytes | bytearray, content_type: str) -> tuple[bool, Any]:
     """(is JSON, value)."""
     try:
         return True, orjson.loads(body)
@@ -70,7 +71,24 @@ def _inputs(parsed: Any, is_json: bool, inputs: list[dict[str, Any]], name: str)
     return {names[0]: parsed}
 
 
-def _one_tensor(meta: dict[str, Any], value: Any, batched: bool) -> tuple[Tensor, bool]:
+def _decode(
+    body: bytes | bytearray, content_type: str, meta: dict[str, Any], name: str, limits: LimitSettings
+) -> tuple[list[Tensor], bool]:
+    """(input tensors, whether a batch dimension was added) of a predictions body."""
+    is_json, parsed = _parse(body, content_type)
+    batched = bool(meta["inputs"]) and meta["inputs"][0]["shape"][:1] == [-1]
+    values = _inputs(parsed, is_json, meta["inputs"], name)
+    by_name = {m["name"]: m for m in meta["inputs"]}
+    tensors: list[Tensor] = []
+    added = False
+    for input_name, value in values.items():
+        tensor, was_added = _one_tensor(by_name[input_name], value, batched, limits)
+        tensors.append(tensor)
+        added = added or was_added
+    return tensors, added
+
+
+def _one_tensor(meta: dict[str, Any], value: Any, batched: bool, limits: LimitSettings) -> tuple[Tensor, bool]:
     datatype = DataType(meta["datatype"])
     per_example = len(meta["shape"]) - (1 if batched else 0)
     if isinstance(value, bytes | bytearray):
@@ -80,11 +98,11 @@ def _one_tensor(meta: dict[str, Any], value: Any, batched: bool) -> tuple[Tensor
         added = batched
     else:
         if datatype is DataType.BYTES:
-            value = unb64(value)
+            value = unb64(value, limits.max_tensor_rank)
         added = batched and len(shape_of(value)) == per_example
         if added:
             value = [value]
-    return tensor_from_value(meta["name"], datatype, value), added
+    return tensor_from_value(meta["name"], datatype, value, limits), added
 
 
 async def predict(request: Request) -> Response:
@@ -92,17 +110,12 @@ async def predict(request: Request) -> Response:
     version = request.path_params.get("version") or default_version(request, name)
     dp = dataplane(request)
     meta = dp.model_metadata(name, version)
-    body = await read_body(request, settings(request).limits.max_body_bytes)
-    is_json, parsed = _parse(body, request.headers.get("content-type", ""))
-    batched = bool(meta["inputs"]) and meta["inputs"][0]["shape"][:1] == [-1]
-    values = _inputs(parsed, is_json, meta["inputs"], name)
-    by_name = {m["name"]: m for m in meta["inputs"]}
-    tensors: list[Tensor] = []
-    added = False
-    for input_name, value in values.items():
-        tensor, was_added = _one_tensor(by_name[input_name], value, batched)
-        tensors.append(tensor)
-        added = added or was_added
+    limits = settings(request).limits
+    body = await read_body(request, limits.max_body_bytes)
+    content_type = request.headers.get("content-type", "")
+    tensors, added = await off_loop_if_large(
+        len(body), limits.offload_decode_bytes, _decode, body, content_type, meta, name, limits
+    )
     response = await dp.infer_async(InferRequest(name, tensors, version))
     outputs: dict[str, Any] = {}
     for t in response.outputs:

@@ -40,6 +40,12 @@ def _registered(request: Request) -> list[str]:
     return sorted({r["name"] for r in dataplane(request).repository_index() if r["state"] == "READY"})
 
 
+def _require_registered(request: Request, name: str) -> None:
+    """TorchServe answers 404 for a model that is not registered, not 503: unloaded is "not found" here."""
+    if name not in _registered(request):
+        raise NotFound(f"Model not found: {name}")
+
+
 async def list_models(request: Request) -> Response:
     limit = _int_query(request, "limit", 100) or 100
     start = _int_query(request, "next_page_token", 0) or 0
@@ -82,6 +88,7 @@ def _describe_one(request: Request, name: str, version: str) -> dict[str, Any]:
 
 async def describe(request: Request) -> Response:
     name = request.path_params["model"]
+    _require_registered(request, name)
     version = request.path_params.get("version", "")
     if version == "all":
         versions = dataplane(request).model_metadata(name)["versions"]
@@ -136,6 +143,7 @@ async def register(request: Request) -> Response:
 
 async def scale(request: Request) -> Response:
     name = request.path_params["model"]
+    _require_registered(request, name)
     if request.path_params.get("version"):
         dataplane(request).model_metadata(name, request.path_params["version"])
     workers = _int_query(request, "min_worker", None)
@@ -149,6 +157,7 @@ async def scale(request: Request) -> Response:
 
 async def set_default(request: Request) -> Response:
     name, version = request.path_params["model"], request.path_params["version"]
+    _require_registered(request, name)
     meta = dataplane(request).model_metadata(name, version)
     if version not in meta["versions"]:
         raise NotFound(f"Model version {version} does not exist for model {name}")
@@ -160,7 +169,8 @@ async def unregister(request: Request) -> Response:
     name = request.path_params["model"]
     version = request.path_params.get("version", "")
     dp = dataplane(request)
-    dp.model_metadata(name, version)  # NotFound / Unavailable when not registered
+    _require_registered(request, name)
+    dp.model_metadata(name, version)  # NotFound for an unknown version
     await in_thread(dp.unload_model, name, False)
     request.app.state.torchserve_defaults.pop(name, None)
     return json_response({"status": f'Model "{name}" unregistered'})

@@ -1,0 +1,251 @@
+"""Soak: a long open-loop run at 70% of the measured maximum throughput, with a model reload every minute.
+
+    python benchmarks/soak.py [--duration-s 600] [--reload-every-s 60] [--load-fraction 0.7]
+
+1. Starts ``servelab serve`` on 127.0.0.1 (explicit model control, Triton's ``simple``: INT32 [1, 16]
+   add/sub on ONNX Runtime, built into a temporary repository).
+2. Measures the maximum throughput: a short closed-loop run (``--max-concurrency`` requests in flight)
+   with servelab's own load generator (``servelab.bench.measure_level``).
+3. Runs open loop at ``--load-fraction`` of that rate for ``--duration-s``, in windows of ``--window-s``
+   (per-minute P50 / P99), while the same model is reloaded through the repository API every
+   ``--reload-every-s`` and the server's RSS is sampled (psutil) every second.
+4. Passes when no accepted request failed (every sent request answered 200, reloads included) and the
+   RSS at the end is within 5% of the RSS after warm-up (``--warmup-s``).
+
+Prints a table, writes benchmarks/results/soak.json and its own marked section of benchmarks/RESULTS.md.
+A rollout in progress is not part of the run yet: servelab has no rollout API so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from servelab.bench import LevelResult, LoadSpec, TargetSpec, measure_level
+from servelab.bench.net import free_ports, http_status, wait_until
+from servelab.bench.results_md import write_section
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULT = HERE / "results" / "soak.json"
+RESULTS_MD = HERE / "RESULTS.md"
+SECTION = "soak"
+MODEL = "simple"
+RSS_GROWTH_BAR = 0.05
+REQUESTS = [{"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16), "INPUT1": np.ones((1, 16), dtype=np.int32)}]
+
+
+# ----- the server -----
+def _build_repo(root: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("build_repository", ROOT / "examples" / "build_repository.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    repo = root / "repo"
+    repo.mkdir()
+    module.build_simple(repo)
+    return repo
+
+
+def _start_server(repo: Path) -> tuple[subprocess.Popen[bytes], str]:
+    http, grpc_port, metrics, management = free_ports(4)
+    cmd = [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--host", "127.0.0.1",
+           "--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics),
+           "--management-port", str(management), "--model-control-mode", "explicit", "--load-model", MODEL,
+           "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{http}"
+    wait_until(lambda: http_status(f"{url}/v2/health/ready")[0] == 200, 90, url,
+               lambda: None if proc.poll() is None else f"exit code {proc.returncode}")
+    return proc, url
+
+
+def _stop_server(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+# ----- the two phases -----
+async def _max_throughput(target: TargetSpec, concurrency: int, interval_ms: int) -> float:
+    load = LoadSpec(mode="concurrency", levels=(concurrency,), measurement_interval_ms=interval_ms,
+                    max_windows=5, stability_percentage=10, warmup_requests=200, max_level_s=60)
+    result = await measure_level(target, MODEL, REQUESTS, load, concurrency)
+    failed = sum(result.errors.values())
+    if failed:
+        raise SystemExit(f"the throughput probe had {failed} failed requests: {dict(result.errors)}")
+    return result.throughput_rps
+
+
+async def _reloads(url: str, every_s: float, stop: asyncio.Event, log: list[dict[str, Any]]) -> None:
+    """POST the model's load (a reload: the new copy loads, then the old one drains) every ``every_s``."""
+    async with httpx.AsyncClient(timeout=120) as client:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=every_s)
+                return
+            except TimeoutError:
+                pass
+            started = time.monotonic()
+            r = await client.post(f"{url}/v2/repository/models/{MODEL}/load")
+            log.append({"at_s": started, "status": r.status_code, "duration_s": time.monotonic() - started})
+
+
+async def _rss(pid: int, stop: asyncio.Event, samples: list[tuple[float, int]]) -> None:
+    process = psutil.Process(pid)
+    while not stop.is_set():
+        samples.append((time.monotonic(), process.memory_info().rss))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+
+async def _soak(target: TargetSpec, pid: int, url: str, rate: float, args: argparse.Namespace) -> dict[str, Any]:
+    load = LoadSpec(mode="request_rate", levels=(rate,), measurement_interval_ms=int(args.window_s * 1000),
+                    request_count=max(1, int(rate * args.duration_s)), warmup_requests=0,
+                    max_level_s=args.duration_s * 1.5 + 60, max_inflight=256)  # below the server's 1000 cap
+    stop = asyncio.Event()
+    reloads: list[dict[str, Any]] = []
+    rss: list[tuple[float, int]] = []
+    started = time.monotonic()
+    side = [asyncio.create_task(_reloads(url, args.reload_every_s, stop, reloads)),
+            asyncio.create_task(_rss(pid, stop, rss))]
+    try:
+        result = await measure_level(target, MODEL, REQUESTS, load, rate)
+    finally:
+        stop.set()
+        await asyncio.gather(*side)
+    return _summary(result, reloads, rss, started, rate, args)
+
+
+def _summary(result: LevelResult, reloads: list[dict[str, Any]], rss: list[tuple[float, int]], started: float,
+             rate: float, args: argparse.Namespace) -> dict[str, Any]:
+    windows, sent, errors = result.windows, result.sent, result.errors
+    completed = result.summary.completed  # every request of the run (request_count): answered 200
+    failed = sum(errors.values())
+    warm = next((r for t, r in rss if t - started >= args.warmup_s), rss[-1][1] if rss else 0)
+    end = rss[-1][1] if rss else 0
+    growth = (end - warm) / warm if warm else 0.0
+    rows = [{"window": i + 1, "duration_s": w.duration_s, "requests": w.completed, "rps": w.requests_per_s,
+             "p50_ms": w.histogram.percentile(50) * 1e3, "p99_ms": w.histogram.percentile(99) * 1e3,
+             "errors": dict(w.errors)} for i, w in enumerate(windows)]
+    failed_reloads = [r for r in reloads if r["status"] != 200]
+    return {
+        "offered_rps": rate, "sent": sent, "completed": completed, "failed": failed, "errors": dict(errors),
+        "load_generator_failures": result.failures,
+        "reloads": len(reloads), "failed_reloads": len(failed_reloads),
+        "reload_s": [round(r["duration_s"], 3) for r in reloads],
+        "rss_after_warmup_mb": warm / 2**20, "rss_end_mb": end / 2**20, "rss_growth": growth,
+        "rss_mb": [round(r / 2**20, 1) for _, r in rss[:: max(1, len(rss) // 120)]],
+        "windows": rows,
+        "pass": failed == 0 and not failed_reloads and not result.failures and completed == sent
+        and growth < RSS_GROWTH_BAR,
+    }
+
+
+# ----- reporting -----
+def _table(max_rps: float, soak: dict[str, Any]) -> Table:
+    table = Table(title=f"soak: {soak['offered_rps']:.0f} req/s offered ({max_rps:.0f} max measured)")
+    for column in ("window", "requests", "req/s", "P50 ms", "P99 ms", "errors"):
+        table.add_column(column, justify="right")
+    for w in soak["windows"]:
+        table.add_row(str(w["window"]), str(w["requests"]), f"{w['rps']:.0f}", f"{w['p50_ms']:.2f}",
+                      f"{w['p99_ms']:.2f}", str(sum(w["errors"].values())))
+    return table
+
+
+def results_markdown(doc: dict[str, Any]) -> str:
+    s, a = doc["soak"], doc["args"]
+    lines = [
+        f"## Soak (`python benchmarks/soak.py --duration-s {a['duration_s']:g} --reload-every-s "
+        f"{a['reload_every_s']:g}`)",
+        "",
+        f"`servelab serve` (explicit mode) with Triton's `simple` (ONNX INT32 [1,16] add/sub), REST binary, "
+        f"batch 1. Maximum throughput measured first (closed loop, {a['max_concurrency']} in flight): "
+        f"{doc['max_rps']:.0f} req/s; then open loop at {a['load_fraction']:.0%} of it "
+        f"({s['offered_rps']:.0f} req/s) for {a['duration_s']:g} s, reloading the model every "
+        f"{a['reload_every_s']:g} s ({s['reloads']} reloads, {s['failed_reloads']} failed); windows of "
+        f"{a['window_s']:g} s. "
+        f"Measured {doc['when']} on {doc['machine']}.",
+        "",
+        "| window | requests | req/s | P50 ms | P99 ms | errors |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in s["windows"]:
+        lines.append(f"| {w['window']} | {w['requests']} | {w['rps']:.0f} | {w['p50_ms']:.2f} | {w['p99_ms']:.2f} "
+                     f"| {sum(w['errors'].values())} |")
+    verdict = "PASS" if s["pass"] else "FAIL"
+    lines += [
+        "",
+        f"{verdict}: {s['sent']} sent, {s['completed']} answered 200, {s['failed']} failed (bar: 0); server RSS "
+        f"{s['rss_after_warmup_mb']:.1f} MB after {a['warmup_s']:g} s of warm-up, {s['rss_end_mb']:.1f} MB at the "
+        f"end: {s['rss_growth']:+.1%} (bar: under {RSS_GROWTH_BAR:.0%}). Reload times (s): "
+        f"{', '.join(f'{x:.2f}' for x in s['reload_s']) or '-'}.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration-s", type=float, default=600.0, help="length of the open-loop run")
+    parser.add_argument("--reload-every-s", type=float, default=60.0, help="time between model reloads")
+    parser.add_argument("--window-s", type=float, default=None, help="statistics window [60, or duration/4 if shorter]")
+    parser.add_argument("--warmup-s", type=float, default=None, help="RSS baseline taken after this [60, or duration/4]")
+    parser.add_argument("--load-fraction", type=float, default=0.7, help="share of the measured maximum offered")
+    parser.add_argument("--max-concurrency", type=int, default=32, help="requests in flight for the maximum")
+    parser.add_argument("--probe-interval-ms", type=int, default=2000, help="window of the maximum-throughput probe")
+    parser.add_argument("--output", type=Path, default=RESULT)
+    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    args = parser.parse_args()
+    args.window_s = args.window_s or min(60.0, args.duration_s / 4)
+    args.warmup_s = args.warmup_s if args.warmup_s is not None else min(60.0, args.duration_s / 4)
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = _start_server(_build_repo(Path(tmp)))
+        try:
+            target = TargetSpec("oip-http", url, binary=True, server_pid=proc.pid)
+            max_rps = asyncio.run(_max_throughput(target, args.max_concurrency, args.probe_interval_ms))
+            console.print(f"maximum throughput: {max_rps:.0f} req/s; soaking at {args.load_fraction:.0%}")
+            soak = asyncio.run(_soak(target, proc.pid, url, max_rps * args.load_fraction, args))
+        finally:
+            code = _stop_server(proc)
+    doc = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "max_rps": max_rps, "soak": soak, "server_exit_code": code,
+    }
+    console.print(_table(max_rps, soak))
+    console.print(results_markdown(doc).splitlines()[-1])
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.results_md is not None:
+        write_section(args.results_md, SECTION, results_markdown(doc))
+    if not soak["pass"] or code != 0:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
