@@ -41,7 +41,10 @@ def _registered(request: Request) -> list[str]:
 
 
 def _require_registered(request: Request, name: str) -> None:
-    """TorchServe answers 404 for a model that is not registered, not 503: unloaded is "not found" here."""
+    """TorchServe answers 404 for a model that is not registered, not 503: unloaded is "not found" here.
+
+    A name that breaks the naming rule is refused first (400), like on every other route."""
+    check_model_name(name)
     if name not in _registered(request):
         raise NotFound(f"Model not found: {name}")
 
