@@ -1,4 +1,4 @@
-"""The ``servelab`` command: serve | bench | compare | graph | demo.
+"""The ``servelab`` command: serve | bench | compare | convert | select | graph | demo.
 
 Each sub-command lives in its own module of this package and is registered here.
 """
@@ -15,6 +15,7 @@ import typer  # noqa: E402
 
 from servelab.cli import bench as _bench  # noqa: E402
 from servelab.cli import compare as _compare  # noqa: E402
+from servelab.cli import convert as _convert  # noqa: E402
 from servelab.cli import demo as _demo  # noqa: E402
 from servelab.cli import graph as _graph  # noqa: E402
 from servelab.cli import serve as _serve  # noqa: E402
@@ -28,6 +29,7 @@ _serve.register(app)
 _demo.register(app)
 _bench.register(app)
 _compare.register(app)
+_convert.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
 
 
