@@ -48,7 +48,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _expected(error: dict[str, Any]) -> str:
+def _expected(error: Any) -> str:
     """What a failed field wanted, in words (pydantic's own message, shortened)."""
     msg = str(error.get("msg", "a valid value"))
     return msg.removeprefix("Value error, ").removeprefix("Input should be ")

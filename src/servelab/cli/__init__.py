@@ -18,6 +18,7 @@ from servelab.cli import compare as _compare  # noqa: E402
 from servelab.cli import convert as _convert  # noqa: E402
 from servelab.cli import demo as _demo  # noqa: E402
 from servelab.cli import graph as _graph  # noqa: E402
+from servelab.cli import select as _select  # noqa: E402
 from servelab.cli import serve as _serve  # noqa: E402
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ _demo.register(app)
 _bench.register(app)
 _compare.register(app)
 _convert.register(app)
+_select.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
 
 

@@ -153,5 +153,5 @@ def load_samples(path: Path, inputs: list[TensorInfo], limit: int | None = None)
 def save_npz(samples: list[Sample], path: Path) -> Path:
     """Write samples as one ``.npz`` (the bench's ``--input-data`` format: first axis = samples)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **stack(samples))
+    np.savez(path, **stack(samples))  # type: ignore[arg-type]
     return path
