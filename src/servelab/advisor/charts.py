@@ -32,7 +32,10 @@ def curves_png(decision: Decision, sla_p99_ms: float) -> bytes:
     fig = Figure(figsize=(10, 5.5))
     ax = fig.subplots()
     for row in decision.rows:
-        points = sorted((p.achieved_rps, p.p99_ms) for p in row.search.probes if p.achieved_rps > 0 and p.p99_ms < float("inf"))
+        probes = [p for p in row.search.probes if p.achieved_rps > 0 and p.p99_ms < float("inf")]
+        # rate probes by offered load, then the closed-loop capacity run: the curve as load rises
+        ordered = sorted((p for p in probes if p.mode == "request_rate"), key=lambda p: p.offered)
+        points = [(p.achieved_rps, p.p99_ms) for p in ordered + [p for p in probes if p.mode != "request_rate"]]
         if not points:
             continue
         style = {"color": WINNER_RGB, "linewidth": 2.5, "zorder": 3} if row is decision.winner else {"alpha": 0.75}

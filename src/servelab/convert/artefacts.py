@@ -77,6 +77,14 @@ def _calibration_note(ctx: MakeContext) -> str:
     return f"calibrated on {n} samples"
 
 
+def _telling_line(text: str) -> str:
+    """The line of a runtime's multi-line error that names the problem (e.g. the unsupported operators)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    keys = ("conversion rule", "not supported", "unsupported", "no ")
+    line = next((ln for ln in lines if any(k in ln.lower() for k in keys)), lines[-1] if lines else "unknown error")
+    return line[:240]
+
+
 def _openvino_has_fp16() -> bool:
     import openvino as ov
 
@@ -94,7 +102,7 @@ def _openvino(ctx: MakeContext, precision: str, out: Path) -> Made:
         else:
             quantize.openvino_int8(src, xml, ctx.calibration)
     except Exception as exc:  # OpenVINO's reader refuses operators it lacks (e.g. ONNX-ML tree ensembles)
-        return Made(skipped=f"OpenVINO cannot take this model: {str(exc).strip().splitlines()[0][:200]}")
+        return Made(skipped=f"OpenVINO cannot take this model: {_telling_line(str(exc))}")
     files = [xml, xml.with_suffix(".bin")]
     if precision == "fp16":
         if not _openvino_has_fp16():
@@ -127,6 +135,8 @@ def _examples(ctx: MakeContext) -> tuple[object, ...]:
 def _torchscript(ctx: MakeContext, precision: str, out: Path) -> Made:
     import torch
 
+    if not ctx.source.is_torch and ctx.source.kind != "torchscript":
+        raise Unsupported(f"a {ctx.source.kind} source has no torch module to trace")
     if precision not in ("fp32", "int8"):
         why = "CPU fp16 kernels are slow" if precision == "fp16" else "static int8 needs torch's FX flow"
         return Made(skipped=f"{precision} TorchScript is not offered ({why}); use onnx or openvino")

@@ -243,6 +243,7 @@ def convert(spec: ConvertSpec, progress: Progress | None = None) -> ConvertResul
                 if why and target in ("onnx", "openvino", "tensorrt"):
                     artefacts.append(Artefact(f"{conv.name}_{target}_{precision}", target, precision, "skipped",
                                               f"ONNX export failed: {why}"))  # fmt: skip
+                    say(_line(artefacts[-1]))
                     continue
                 artefact = conv.one(ctx, target, precision, work)
                 artefacts.append(artefact)

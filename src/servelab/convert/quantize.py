@@ -54,9 +54,12 @@ def _has_int8(model: onnx.ModelProto) -> bool:
 
 def onnx_fp16(src: Path, dst: Path) -> bool:
     """fp16 weights and compute, fp32 inputs/outputs; False when no operator of the model runs in fp16."""
-    from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     model = onnx.load(str(src))
+    blocked = {*DEFAULT_OP_BLOCK_LIST, "Identity", "Cast"}
+    if all(n.op_type in blocked for n in model.graph.node):
+        return False  # every operator stays fp32 (e.g. a tree ensemble): only casts would be added
     half = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
     if not _has_fp16(half):
         return False

@@ -157,7 +157,32 @@ def _load_program(path: Path, inputs: list[TensorInfo] | None, outputs: list[str
             dtype = DataType.from_triton(f"TYPE_{_TORCH_DTYPES.get(str(val.dtype), 'FP32')}")
             shape = tuple(d if isinstance(d, int) else -1 for d in val.shape)
             inputs.append(TensorInfo(f"INPUT__{i}", dtype, shape))
-    return _torch_source("torch_export", path, program.module(), inputs, outputs, task)
+    return _torch_source("torch_export", path, _ProgramModule.wrap(program.module()), inputs, outputs, task)
+
+
+def _program_module_class() -> type:
+    import torch
+
+    class ProgramModule(torch.nn.Module):
+        """A torch.export program's module behind a plain Module: exporters call ``train(False)``, which
+        the program's GraphModule refuses, so it is held outside the submodule tree."""
+
+        def __init__(self, graph_module: Any) -> None:
+            super().__init__()
+            for param in graph_module.parameters():  # traced as constants: no autograd state
+                param.requires_grad_(False)
+            object.__setattr__(self, "_program", graph_module)
+
+        def forward(self, *args: Any) -> Any:
+            return self._program(*args)
+
+    return ProgramModule
+
+
+class _ProgramModule:
+    @staticmethod
+    def wrap(graph_module: Any) -> Any:
+        return _program_module_class()(graph_module)
 
 
 _TORCH_DTYPES = {

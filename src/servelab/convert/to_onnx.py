@@ -37,7 +37,16 @@ class OnnxExport:
     tried: list[tuple[int, str]] = field(default_factory=list)
 
     def describe(self) -> str:
-        failed = "; ".join(f"opset {o}: {why}" for o, why in self.tried)
+        groups: list[tuple[list[int], str]] = []
+        for opset, text in self.tried:  # consecutive opsets with the same reason say it once
+            why = text.replace(str(opset), "N")
+            if groups and groups[-1][1] == why:
+                groups[-1][0].append(opset)
+            else:
+                groups.append(([opset], why))
+        failed = "; ".join(
+            (f"opsets {o[0]}-{o[-1]}" if len(o) > 1 else f"opset {o[0]}") + f": {why}" for o, why in groups
+        )
         return f"opset {self.opset}" + (f" (newer opsets failed: {failed})" if failed else "")
 
 
