@@ -61,6 +61,11 @@ class Measurer:
         self.close()
         self.progress(f"serving {c.label.rsplit(' ', 1)[0]}")
         self._served = Served(c, self.convert_repo, self.progress).__enter__()  # type: ignore[arg-type]
+        # a cold server's first level pays for allocations and caches: one closed-loop level warms it, so the
+        # first probe of a neighbour on a fresh server is not judged on start-up cost
+        self.probes += 1
+        measure_probe(self._served.target(c.front_door), self._served.name, self.settings, "concurrency",
+                      self.settings.closed_concurrency)  # fmt: skip
         return self._served
 
     def measure(self, c: Candidate, incumbent: float | None = None) -> Measured:
