@@ -174,7 +174,7 @@ def _program_module_class() -> type:
             object.__setattr__(self, "_program", graph_module)
 
         def forward(self, *args: Any) -> Any:
-            return self._program(*args)
+            return self.__dict__["_program"](*args)
 
     return ProgramModule
 
