@@ -1,5 +1,5 @@
-"""Helpers the runtime backends share: tensor specs read from model files, config auto-complete,
-typed parameters and model-file lookup.
+"""Helpers the runtime backends share: tensor specs read from model files, config auto-complete
+and model-file lookup (typed parameters: backends/parameters.py).
 
 Auto-complete follows Triton's rules. A model *batches* when every input and output has rank >= 1
 and a dynamic (-1 / symbolic) first dimension. When the config gives ``max_batch_size: 0`` (the
@@ -24,10 +24,8 @@ from servelab.types import DataType
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
     "TensorSpec",
-    "bool_param",
     "complete_config",
     "config_dtype",
-    "int_param",
     "model_file",
     "to_config_dtype",
 ]
@@ -73,29 +71,6 @@ def model_file(config: mc.ModelConfig, version_dir: Path, *defaults: str) -> Pat
         if path.exists():
             return path
     raise InvalidArgument(f"no model file in version folder {version_dir.name}; expected one of {list(defaults)}")
-
-
-def int_param(config: mc.ModelConfig, key: str, default: int | None) -> int | None:
-    """An integer parameter from the config's ``parameters`` map, with a clear error when malformed."""
-    if key not in config.parameters:
-        return default
-    raw = config.parameters[key].string_value
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidArgument(f"parameter {key!r} must be an integer, got {raw!r}") from None
-
-
-def bool_param(config: mc.ModelConfig, key: str, default: bool) -> bool:
-    """A 0/1 (or true/false) parameter from the config's ``parameters`` map."""
-    if key not in config.parameters:
-        return default
-    raw = config.parameters[key].string_value.strip().lower()
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise InvalidArgument(f"parameter {key!r} must be 0 or 1, got {raw!r}")
 
 
 def model_batches(specs: list[TensorSpec]) -> bool:

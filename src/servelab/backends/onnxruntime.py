@@ -1,8 +1,9 @@
 """ONNX Runtime backend: one InferenceSession per instance, CPU by default, CUDA/TensorRT on request.
 
-Parameters (config.pbtxt ``parameters``): ``intra_op_thread_count`` (default: the instance's
-threads), ``inter_op_thread_count``, ``graph_optimization_level`` (disable|basic|extended|all),
-``allow_spinning`` (0/1), ``execution_providers`` (comma list, e.g. "CUDAExecutionProvider").
+Parameters (config.pbtxt ``parameters``, read by :class:`~servelab.backends.parameters.OnnxRuntimeParameters`):
+``intra_op_thread_count`` (default: the instance's threads), ``inter_op_thread_count``,
+``graph_optimization_level`` (disable|basic|extended|all), ``allow_spinning`` (0/1),
+``execution_providers`` (comma list, e.g. "CUDAExecutionProvider").
 
 Data types: every OIP datatype. ORT's Python binding cannot take or return numpy bfloat16 arrays,
 so BF16 inputs are fed as OrtValues and BF16 outputs read through ``run_with_ort_values``; string
@@ -21,8 +22,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from servelab.backends._specs import TensorSpec, bool_param, complete_config, int_param, model_file
-from servelab.backends.base import Backend, BackendContext, Inputs, Outputs, param
+from servelab.backends._specs import TensorSpec, complete_config, model_file
+from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
+from servelab.backends.parameters import OnnxRuntimeParameters
 from servelab.errors import InvalidArgument, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.types import DataType
@@ -109,6 +111,7 @@ class OnnxRuntimeBackend(Backend):
         self._string_inputs: tuple[str, ...] = ()
         self._bf16_inputs: tuple[str, ...] = ()
         self._bf16_outputs = False
+        self.params = OnnxRuntimeParameters()
 
     @classmethod
     def autocomplete(cls, config: mc.ModelConfig, version_dir: Path) -> None:
@@ -117,6 +120,7 @@ class OnnxRuntimeBackend(Backend):
 
     def load(self) -> None:
         path = model_file(self.config, self.ctx.version_dir, self.default_filename)
+        self.params = OnnxRuntimeParameters.read(self.config)
         self.session = ort.InferenceSession(str(path), self._session_options(), providers=self._providers())
         self._run = self.session.run
         self._output_names = tuple(o.name for o in self.session.get_outputs())
@@ -174,34 +178,29 @@ class OnnxRuntimeBackend(Backend):
         return outputs
 
     def _session_options(self) -> ort.SessionOptions:
-        cfg = self.config
+        params = self.params
         opts = ort.SessionOptions()
         # runtime errors reach the client as the request's error; ORT need not print them to stderr too
-        opts.log_severity_level = int_param(cfg, "log_severity_level", 4) or 4
-        opts.intra_op_num_threads = int_param(cfg, "intra_op_thread_count", self.ctx.threads) or 0
-        inter = int_param(cfg, "inter_op_thread_count", None)
+        opts.log_severity_level = params.log_severity_level
+        intra = params.intra_op_thread_count
+        opts.intra_op_num_threads = self.ctx.threads if intra is None else intra
+        inter = params.inter_op_thread_count
         if inter is not None:
             opts.inter_op_num_threads = inter
             opts.execution_mode = (
                 ort.ExecutionMode.ORT_PARALLEL if inter > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
             )
-        level = (param(cfg, "graph_optimization_level", "all") or "all").strip().lower()
-        if level not in _OPT_LEVELS:
-            raise InvalidArgument(
-                f"parameter 'graph_optimization_level' must be one of {list(_OPT_LEVELS)}, got {level!r}"
-            )
-        opts.graph_optimization_level = _OPT_LEVELS[level]
-        if "allow_spinning" in cfg.parameters:
-            spin = "1" if bool_param(cfg, "allow_spinning", True) else "0"
+        opts.graph_optimization_level = _OPT_LEVELS[params.graph_optimization_level]
+        if params.allow_spinning is not None:
+            spin = "1" if params.allow_spinning else "0"
             opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
             opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
         return opts
 
     def _providers(self) -> list[str]:
         available = ort.get_available_providers()
-        requested = param(self.config, "execution_providers")
-        if requested:
-            names = [p.strip() for p in requested.split(",") if p.strip()]
+        names = list(self.params.execution_providers)
+        if names:
             missing = [p for p in names if p not in available]
             if missing:
                 raise Unsupported(

@@ -1,6 +1,6 @@
 """OpenVINO backend: an IR ``model.xml`` (or ``model.onnx`` with ``backend: "openvino"``) on the CPU plugin.
 
-Parameters: ``PERFORMANCE_HINT`` (LATENCY|THROUGHPUT, default LATENCY), ``NUM_STREAMS``,
+Parameters (read by :class:`~servelab.backends.parameters.OpenVinoParameters`): ``PERFORMANCE_HINT`` (LATENCY|THROUGHPUT, default LATENCY), ``NUM_STREAMS``,
 ``INFERENCE_NUM_THREADS`` (default: the instance's threads), ``INFERENCE_PRECISION_HINT`` (default
 f32, so results match fp32 references; bf16/f16 trade accuracy for speed). When the config batches,
 the model's first dimension is made dynamic. Each calling thread gets its own InferRequest, so
@@ -16,8 +16,9 @@ from typing import Any, ClassVar
 import numpy as np
 import openvino as ov
 
-from servelab.backends._specs import TensorSpec, complete_config, int_param, model_file
-from servelab.backends.base import Backend, BackendContext, Inputs, Outputs, param
+from servelab.backends._specs import TensorSpec, complete_config, model_file
+from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
+from servelab.backends.parameters import OpenVinoParameters
 from servelab.errors import InvalidArgument, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.types import DataType
@@ -159,18 +160,13 @@ class OpenVinoBackend(Backend):
                 ) from exc
 
     def _properties(self) -> dict[str, Any]:
-        cfg = self.config
-        hint = (param(cfg, "PERFORMANCE_HINT", "LATENCY") or "LATENCY").upper()
-        if hint not in ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"):
-            raise InvalidArgument(f"parameter 'PERFORMANCE_HINT' must be LATENCY or THROUGHPUT, got {hint!r}")
+        params = OpenVinoParameters.read(self.config)
+        threads = params.inference_num_threads
         props: dict[str, Any] = {
-            "PERFORMANCE_HINT": hint,
-            "INFERENCE_PRECISION_HINT": param(cfg, "INFERENCE_PRECISION_HINT", "f32"),
-            "INFERENCE_NUM_THREADS": int_param(cfg, "INFERENCE_NUM_THREADS", self.ctx.threads),
+            "PERFORMANCE_HINT": params.performance_hint,
+            "INFERENCE_PRECISION_HINT": params.inference_precision_hint,
+            "INFERENCE_NUM_THREADS": self.ctx.threads if threads is None else threads,
         }
-        streams = param(cfg, "NUM_STREAMS")
-        if streams is not None:
-            props["NUM_STREAMS"] = (
-                streams if streams.upper() == "AUTO" else int_param(cfg, "NUM_STREAMS", None)
-            )
+        if params.num_streams is not None:
+            props["NUM_STREAMS"] = params.num_streams
         return props

@@ -2,7 +2,7 @@
 
 ``tensorflow`` is imported in :meth:`TensorFlowBackend.load` / ``autocomplete``, so this module
 imports anywhere; a missing library is an Unsupported error naming the pip extra. The signature is
-``serving_default`` unless the parameter ``signature_name`` says otherwise. Inputs are passed by
+``serving_default`` unless the parameter ``signature_name`` says otherwise (TensorFlowParameters). Inputs are passed by
 name; BYTES tensors are numpy object arrays of ``bytes``, which TensorFlow takes as ``tf.string``.
 """
 
@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from servelab.backends._specs import TensorSpec, complete_config, model_file
-from servelab.backends.base import Backend, BackendContext, Inputs, Outputs, param
+from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
+from servelab.backends.parameters import TensorFlowParameters
 from servelab.errors import InvalidArgument, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.types import DataType
@@ -54,7 +55,7 @@ def _import_tensorflow() -> Any:
 def _signature(tf: Any, config: mc.ModelConfig, path: Path) -> tuple[Any, Any]:
     """(loaded SavedModel, its concrete function for the configured signature)."""
     loaded = tf.saved_model.load(str(path))
-    name = param(config, "signature_name", "serving_default") or "serving_default"
+    name = TensorFlowParameters.read(config).signature_name
     if name not in loaded.signatures:
         raise InvalidArgument(
             f"SavedModel {path} has no signature {name!r}; it has {sorted(loaded.signatures)}"

@@ -16,6 +16,7 @@ import numpy as np
 
 from servelab.backends._specs import TensorSpec, complete_config, model_file
 from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
+from servelab.backends.parameters import TensorRTParameters
 from servelab.errors import InvalidArgument, Unavailable, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.types import DataType
@@ -104,6 +105,7 @@ class TensorRTBackend(Backend):
         complete_config(config, *_io_specs(trt, engine))
 
     def load(self) -> None:
+        TensorRTParameters.read(self.config)  # the engine holds its settings; no key is read here
         trt = _import_tensorrt()
         self._torch = _import_cuda_torch()
         self._engine = _engine(trt, model_file(self.config, self.ctx.version_dir, self.default_filename))

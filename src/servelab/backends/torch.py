@@ -23,8 +23,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from servelab.backends._specs import TensorSpec, complete_config, config_dtype, int_param, model_file
+from servelab.backends._specs import TensorSpec, complete_config, config_dtype, model_file
 from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
+from servelab.backends.parameters import TorchParameters
 from servelab.errors import InternalError, InvalidArgument, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.types import DataType
@@ -157,7 +158,7 @@ class TorchBackend(Backend):
                 raise Unsupported(
                     f"the pytorch backend cannot take BYTES tensors ('{tensor.name}'); use python"
                 )
-        self._threads = int_param(self.config, "intra_op_thread_count", None) or 1
+        self._threads = TorchParameters.read(self.config).intra_op_thread_count or 1
         try:
             if path.suffix == ".pt2":
                 self.module = torch.export.load(str(path)).module()

@@ -1,4 +1,4 @@
-"""The ``servelab`` command: serve | bench | compare | graph | demo.
+"""The ``servelab`` command: serve | bench | compare | convert | select | graph | demo.
 
 Each sub-command lives in its own module of this package and is registered here. Importing this
 package changes nothing in the process (and imports no grpc); :func:`main`, which owns the process,
@@ -25,6 +25,8 @@ _serve.register(app)
 _demo.register(app)
 _bench.register(app)
 _compare.register(app)
+_convert.register(app)
+_select.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
 
 

@@ -1,0 +1,215 @@
+"""servelab select against an exhaustive sweep of the same grid, on each example model.
+
+    python benchmarks/select_vs_exhaustive.py [--models credit,resnet50,text] [--rounds 1] [--window-ms 1000]
+
+Per model: build it (examples/choose, nothing downloaded), convert it once (both searches see the same
+artefacts and grid), then alternate rounds of ``select`` (the quick search) and the exhaustive sweep
+(every grid point searched in full), odd rounds exhaustive first. Ranking is by throughput alone (the
+highest request rate with P99 within the SLA), which is what the bar is about: the pick must be within 5%
+of the exhaustive best while measuring at most 25% of the grid, and select must finish within 15 minutes.
+The credit model must also hold P99 < 50 ms at 1,000 requests/s over REST.
+
+Writes ``benchmarks/results/select_vs_exhaustive.json`` and the marked section of ``benchmarks/RESULTS.md``.
+``--smoke`` runs a tiny grid with short windows (a check that the script works, not a figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from servelab.advisor.grid import Batching, parse_batching  # noqa: E402
+from servelab.advisor.matrix import Constraints  # noqa: E402
+from servelab.advisor.select import SelectResult, SelectSpec, run_select  # noqa: E402
+from servelab.advisor.wire import MeasureSettings  # noqa: E402
+from servelab.convert.pipeline import ConvertSpec, convert  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "select_vs_exhaustive.json"
+RESULTS_MD = ROOT / "benchmarks" / "RESULTS.md"
+SECTION = "select_vs_exhaustive"
+#: rank by throughput alone: the bar compares rates
+THROUGHPUT_ONLY = {"throughput": 1.0, "latency": 0.0, "memory": 0.0, "accuracy": 0.0, "model_support": 0.0,
+                   "tooling": 0.0, "deployment_effort": 0.0, "edge_suitability": 0.0, "team_stack": 0.0}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    name: str
+    source: str
+    data: str
+    sla_p99_ms: float
+    min_throughput: float
+    targets: tuple[str, ...]
+    precisions: tuple[str, ...]
+    batching: str
+
+
+def _cases(out: Path) -> dict[str, ModelCase]:
+    ex = ROOT / "examples" / "choose"
+    return {
+        "credit": ModelCase("credit", str(out / "credit" / "credit.pkl"), str(out / "credit" / "credit.csv"), 50.0, 1000.0,
+                            ("onnx", "openvino"), ("fp32", "fp16", "int8"), "off,8:200,32:1000"),
+        "resnet50": ModelCase("resnet50", f"{ex / 'resnet50.py'}:make_model", str(out / "resnet50" / "images.npz"), 1000.0,
+                              0.0, ("onnx", "openvino", "torchscript"), ("fp32", "fp16", "int8"), "off,4:5000,8:20000"),
+        "text": ModelCase("text", f"{ex / 'text_encoder.py'}:make_model", str(out / "text" / "tokens.npz"), 50.0, 0.0,
+                          ("onnx", "openvino", "torchscript"), ("fp32", "fp16", "int8"), "off,8:500,32:2000"),
+    }  # fmt: skip
+
+
+def _build(case: ModelCase, out: Path) -> None:
+    script = {"credit": "credit.py", "resnet50": "resnet50.py", "text": "text_encoder.py"}[case.name]
+    if not Path(case.data).is_file():
+        subprocess.run([sys.executable, str(ROOT / "examples" / "choose" / script), "--out", str(out / case.name)], check=True)
+
+
+def _spec(case: ModelCase, converted: Path, report: Path, args: argparse.Namespace, exhaustive: bool) -> SelectSpec:
+    measure = MeasureSettings(case.sla_p99_ms, window_ms=args.window_ms, max_windows=args.max_windows,
+                              warmup_requests=args.warmup, closed_concurrency=args.concurrency, rate_steps=args.rate_steps)  # fmt: skip
+    batchings: tuple[Batching, ...] = parse_batching(args.batching or case.batching)
+    return SelectSpec(
+        model=str(converted), repo=report / "repo", report_dir=report, name=case.name, data=Path(case.data),
+        constraints=Constraints(case.sla_p99_ms, case.min_throughput), weights=THROUGHPUT_ONLY, measure=measure,
+        batchings=batchings, instances=tuple(int(x) for x in args.instances.split(",")),
+        threads=tuple(int(x) for x in args.threads.split(",")), front_doors=tuple(args.front_doors.split(",")), peers=(),
+        budget_fraction=args.budget, inprocess_s=args.inprocess_s, exhaustive=exhaustive,
+    )  # fmt: skip
+
+
+def _rates(result: SelectResult) -> dict[str, float]:
+    return {r.label: r.max_rate for r in result.decision.rows if r.kind == "candidate" and r.complete}
+
+
+def _run(case: ModelCase, converted: Path, out: Path, args: argparse.Namespace, exhaustive: bool, rnd: int) -> SelectResult:
+    kind = "exhaustive" if exhaustive else "select"
+    say = print if args.verbose else (lambda _m: None)
+    print(f"{case.name} round {rnd}: {kind} ...", flush=True)
+    result = run_select(_spec(case, converted, out / "runs" / f"{case.name}-{kind}-{rnd}", args, exhaustive), say)
+    w = result.decision.winner
+    print(f"  {kind}: {len(result.measured)}/{result.grid.size} points, {result.elapsed_s:,.0f} s, "
+          f"pick {w.label if w else None} {w.max_rate if w else 0:,.0f} req/s", flush=True)  # fmt: skip
+    return result
+
+
+def _compare(case: ModelCase, quick: SelectResult, full: SelectResult) -> dict[str, Any]:
+    rates = _rates(full)
+    best_label = max(rates, key=lambda k: rates[k]) if rates else None
+    best = rates.get(best_label, 0.0) if best_label else 0.0
+    pick = quick.decision.winner
+    pick_in_full = rates.get(pick.label, 0.0) if pick else 0.0
+    rest = [r for r in full.decision.rows if r.kind == "candidate" and r.front_door == "rest" and r.complete]
+    rest_best = max((r.max_rate for r in rest), default=0.0)
+    return {
+        "model": case.name, "sla_p99_ms": case.sla_p99_ms, "grid_size": quick.grid.size,
+        "select_points": len(quick.measured), "select_fraction": len(quick.measured) / quick.grid.size,
+        "select_probes": quick.probes, "select_s": quick.elapsed_s, "exhaustive_s": full.elapsed_s,
+        "pick": pick.label if pick else None, "pick_rate_select": pick.max_rate if pick else 0.0,
+        "pick_rate_exhaustive": pick_in_full, "best": best_label, "best_rate": best,
+        "pick_over_best": pick_in_full / best if best else None,
+        "pick_select_over_best": (pick.max_rate / best) if pick and best else None,
+        "rest_best_rate": rest_best, "min_throughput": case.min_throughput,
+    }  # fmt: skip
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    ratio = row["pick_over_best"] or 0.0
+    ok = ratio >= 0.95 and row["select_fraction"] <= 0.25 and row["select_with_convert_s"] <= 900
+    if row["min_throughput"]:
+        ok = ok and row["rest_best_rate"] >= row["min_throughput"]
+    return "PASS" if ok else "FAIL"
+
+
+def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        f"## servelab select vs an exhaustive sweep (`python benchmarks/select_vs_exhaustive.py --rounds {args.rounds} "
+        f"--window-ms {args.window_ms}`)", "",
+        "Same converted artefacts and grid for both; ranked by the highest request rate with P99 within the SLA; rounds "
+        "alternate which runs first. Bars: pick within 5% of the exhaustive best, at most 25% of the grid measured, "
+        "select under 15 minutes; credit: P99 < 50 ms at 1,000 req/s over REST.", "",
+        "| model | round | grid | select measured | select s (+convert) | exhaustive s | pick | pick req/s (exh.) | best | best req/s | pick/best | best REST req/s | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['round']} | {r['grid_size']} | {r['select_points']} ({r['select_fraction']:.0%}) | "
+            f"{r['select_s']:,.0f} (+{r['convert_s']:,.0f}) | {r['exhaustive_s']:,.0f} | {r['pick']} | {r['pick_rate_exhaustive']:,.0f} | {r['best']} | "
+            f"{r['best_rate']:,.0f} | {(r['pick_over_best'] or 0):.3f} | {r['rest_best_rate']:,.0f} | {_verdict(r)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, name: str, body: str) -> None:
+    """Replace the text between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` (appended when absent)."""
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    text = path.read_text() if path.exists() else ""
+    block = f"{begin}\n{body}{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="credit,resnet50,text")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "choose")
+    parser.add_argument("--window-ms", type=int, default=1000)
+    parser.add_argument("--max-windows", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rate-steps", type=int, default=4)
+    parser.add_argument("--batching", default=None, help="override every model's batching settings")
+    parser.add_argument("--instances", default="1,2")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--front-doors", default="rest,grpc")
+    parser.add_argument("--budget", type=float, default=0.25)
+    parser.add_argument("--inprocess-s", type=float, default=0.5)
+    parser.add_argument("--smoke", action="store_true", help="tiny grid and windows: checks the script runs")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    if args.smoke:
+        args = replace_args(args, window_ms=150, max_windows=3, warmup=5, concurrency=4, rate_steps=1, batching="off,8:200",
+                            instances="1", threads="1", front_doors="rest", budget=0.5, inprocess_s=0.1)  # fmt: skip
+    cases = _cases(args.out)
+    rows = []
+    for name in args.models.split(","):
+        case = cases[name]
+        _build(case, args.out)
+        converted = args.out / "converted" / case.name
+        started = time.perf_counter()
+        precisions = ("fp32",) if args.smoke else case.precisions
+        convert(ConvertSpec(source=case.source, out=converted, name=case.name, targets=case.targets[:1] if args.smoke else case.targets,
+                            precisions=precisions, data=Path(case.data), parity_samples=16 if args.smoke else 64))  # fmt: skip
+        convert_s = time.perf_counter() - started
+        print(f"{case.name}: converted in {convert_s:,.0f} s", flush=True)
+        for rnd in range(args.rounds):
+            order = (True, False) if rnd % 2 else (False, True)  # odd rounds: exhaustive first
+            runs = {ex: _run(case, converted, args.out, args, ex, rnd) for ex in order}
+            row = {"round": rnd, "convert_s": convert_s, **_compare(case, runs[False], runs[True])}
+            row["select_with_convert_s"] = row["select_s"] + convert_s
+            rows.append(row)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2, default=str))
+    body = _markdown(rows, args)
+    print(body)
+    if not args.smoke:
+        write_section(RESULTS_MD, SECTION, body)
+
+
+def replace_args(args: argparse.Namespace, **changes: Any) -> argparse.Namespace:
+    return argparse.Namespace(**(vars(args) | changes))
+
+
+if __name__ == "__main__":
+    main()

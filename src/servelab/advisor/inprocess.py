@@ -1,0 +1,95 @@
+"""The quick in-process run per runtime x precision that prunes runtimes before anything is served.
+
+Each artefact is loaded through the servelab backend that would serve it and called directly: the median
+latency of one-row calls and the rows/s of full-batch calls. An artefact is *dominated* when another is
+faster on both by a margin; dominated artefacts are not measured over the wire.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servelab.advisor.configs import artefact_config, threads_parameters
+from servelab.advisor.grid import ArtefactRef
+from servelab.backends import backend_class
+from servelab.backends.base import BackendContext
+
+__all__ = ["InProcessResult", "measure_inprocess", "prune"]
+
+Feed = dict[str, np.ndarray]
+
+
+@dataclass
+class InProcessResult:
+    artefact: ArtefactRef
+    latency_ms: float
+    rows_per_s: float
+    batch: int
+    calls: int
+    error: str | None = None
+
+
+def _timed(fn: object, feed: Feed, duration_s: float, min_calls: int = 5) -> list[float]:
+    times: list[float] = []
+    deadline = time.perf_counter() + duration_s
+    while len(times) < min_calls or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        fn(feed)  # type: ignore[operator]
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def measure_inprocess(
+    artefact: ArtefactRef, folder: Path, feed: Feed, threads: int, duration_s: float = 0.5
+) -> InProcessResult:
+    """Median one-row latency and full-batch rows/s of ``artefact`` with ``threads`` runtime threads."""
+    config = artefact_config(folder)
+    threads_parameters(config, threads).write(config)
+    batch = max(1, min(config.max_batch_size or 1, len(next(iter(feed.values())))))
+    try:
+        backend = backend_class(config.backend)(BackendContext(config.name, 1, folder / "1", config, threads))
+        backend.load()
+    except Exception as exc:  # reported as a row that could not run
+        return InProcessResult(artefact, float("nan"), 0.0, batch, 0, f"load failed: {exc}")
+    try:
+        one = {k: v[:1] for k, v in feed.items()}
+        full = {k: v[:batch] for k, v in feed.items()}
+        for _ in range(3):
+            backend.infer(one)
+            backend.infer(full)
+        lat = _timed(backend.infer, one, duration_s / 2)
+        thr = _timed(backend.infer, full, duration_s / 2)
+    finally:
+        backend.unload()
+    return InProcessResult(
+        artefact, statistics.median(lat) * 1e3, batch * len(thr) / sum(thr), batch, len(lat) + len(thr)
+    )
+
+
+def _dominates(a: InProcessResult, b: InProcessResult, margin: float) -> bool:
+    return a.latency_ms * (1 + margin) <= b.latency_ms and a.rows_per_s >= b.rows_per_s * (1 + margin)
+
+
+def prune(results: list[InProcessResult], keep: int, margin: float = 0.1) -> tuple[list[ArtefactRef], dict[str, str]]:
+    """The artefacts worth serving (not dominated, the ``keep`` fastest) and why each other was dropped."""
+    ok = [r for r in results if r.error is None]
+    why: dict[str, str] = {r.artefact.model: r.error or "" for r in results if r.error is not None}
+    survivors = []
+    for r in ok:
+        better = next((o for o in ok if o is not r and _dominates(o, r, margin)), None)
+        if better is not None:
+            why[r.artefact.model] = (
+                f"dominated in process by {better.artefact.label}: {better.latency_ms:.3f} vs {r.latency_ms:.3f} ms "
+                f"one-row latency, {better.rows_per_s:,.0f} vs {r.rows_per_s:,.0f} rows/s at batch {r.batch}"
+            )
+        else:
+            survivors.append(r)
+    survivors.sort(key=lambda r: -r.rows_per_s)
+    for r in survivors[keep:]:
+        why[r.artefact.model] = f"not among the {keep} fastest in process ({r.rows_per_s:,.0f} rows/s)"
+    return [r.artefact for r in survivors[:keep]], why

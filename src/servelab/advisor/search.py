@@ -1,0 +1,150 @@
+"""The search over served candidates: a quick climb that measures a fraction of the grid, and the
+exhaustive sweep it is judged against (``benchmarks/select_vs_exhaustive.py``).
+
+Quick search, after Triton Model Analyzer's: start from the in-process winner with dynamic batching on,
+one instance and every thread; find its highest rate within the SLA; then measure each neighbour (one
+step along one dimension) only as far as needed to know whether it beats the incumbent; move to the
+best neighbour that does and repeat, until none does or the measurement budget is spent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from servelab.advisor.grid import ArtefactRef, Candidate, Grid
+from servelab.advisor.wire import MeasureSettings, Probe, RateSearch, Served, measure_probe, search_rate
+from servelab.errors import ServelabError
+
+__all__ = ["Measured", "Measurer", "exhaustive_search", "quick_search", "start_point"]
+
+Progress = Callable[[str], None]
+#: a neighbour replaces the incumbent only when it is this much faster (noise is not progress)
+IMPROVEMENT = 0.01
+
+
+@dataclass
+class Measured:
+    candidate: Candidate
+    search: RateSearch
+    order: int
+    seconds: float = 0.0
+
+    @property
+    def max_rate(self) -> float:
+        return self.search.best_rate
+
+    @property
+    def complete(self) -> bool:
+        return self.search.complete and self.search.error is None
+
+    @property
+    def best_probe(self) -> Probe | None:
+        return self.search.best_probe
+
+
+@dataclass
+class Measurer:
+    """Measures candidates over the wire, keeping one server up while candidates share its configuration."""
+
+    settings: MeasureSettings
+    convert_repo: object
+    progress: Progress = field(default=lambda _m: None)
+    results: dict[Candidate, Measured] = field(default_factory=dict)
+    probes: int = 0
+    _served: Served | None = None
+
+    def _server(self, c: Candidate) -> Served:
+        if self._served is not None and self._served.candidate.server_key == c.server_key:
+            return self._served
+        self.close()
+        self.progress(f"serving {c.label.rsplit(' ', 1)[0]}")
+        self._served = Served(c, self.convert_repo, self.progress).__enter__()  # type: ignore[arg-type]
+        # a cold server's first level pays for allocations and caches: one closed-loop level warms it, so the
+        # first probe of a neighbour on a fresh server is not judged on start-up cost
+        self.probes += 1
+        measure_probe(self._served.target(c.front_door), self._served.name, self.settings, "concurrency",
+                      self.settings.closed_concurrency)  # fmt: skip
+        return self._served
+
+    def measure(self, c: Candidate, incumbent: float | None = None) -> Measured:
+        started = time.perf_counter()
+        try:
+            served = self._server(c)
+        except ServelabError as exc:
+            search = RateSearch(complete=False, error=f"server did not start: {exc.message}")
+            return self._keep(c, search, started)
+        target = served.target(c.front_door)
+
+        def probe(mode: str, level: float) -> Probe:
+            self.probes += 1
+            p = measure_probe(target, served.name, self.settings, mode, level)
+            what = f"c={level:g}" if mode == "concurrency" else f"{level:,.0f}/s"
+            verdict = "ok" if p.ok else "over SLA" if mode == "request_rate" else "-"
+            self.progress(f"  {c.label} {what}: {p.achieved_rps:,.0f} req/s, P99 {p.p99_ms:.2f} ms {verdict}")
+            return p
+
+        try:
+            search = search_rate(probe, self.settings.rate_steps, self.settings.closed_concurrency, incumbent)
+        except ServelabError as exc:
+            search = RateSearch(complete=False, error=exc.message)
+        return self._keep(c, search, started)
+
+    def _keep(self, c: Candidate, search: RateSearch, started: float) -> Measured:
+        m = Measured(c, search, len(self.results), time.perf_counter() - started)
+        self.results[c] = m
+        return m
+
+    def close(self) -> None:
+        if self._served is not None:
+            self._served.__exit__(None, None, None)
+            self._served = None
+
+
+def start_point(grid: Grid, best: ArtefactRef) -> Candidate:
+    """The climb's start: dynamic batching on (the middle setting), one instance, every thread, first front door."""
+    on = [b for b in grid.batchings if b.on and b.max_batch_size <= best.max_batch_size] or list(grid.batchings)
+    return Candidate(best, on[len(on) // 2], min(grid.instances), max(grid.threads), grid.front_doors[0])  # type: ignore[arg-type]
+
+
+def _ordered(neighbours: list[Candidate], incumbent: Candidate) -> list[Candidate]:
+    """Neighbours on the running server first (no restart), then the rest in grid order."""
+    return sorted(neighbours, key=lambda n: n.server_key != incumbent.server_key)
+
+
+def quick_search(
+    grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int
+) -> tuple[Candidate | None, list[str]]:
+    """Climb from :func:`start_point`; returns the incumbent and a log of the moves."""
+    pool = tuple(survivors)
+    incumbent = start_point(grid, survivors[0])
+    current = measurer.measure(incumbent)
+    log = [f"start {incumbent.label}: {current.max_rate:,.0f} req/s within the SLA"]
+    while len(measurer.results) < budget:
+        fresh = [n for n in grid.neighbours(incumbent, pool) if n not in measurer.results]
+        if not fresh:
+            break
+        best: Measured | None = None
+        for n in _ordered(fresh, incumbent):
+            if len(measurer.results) >= budget:
+                log.append(f"budget of {budget} grid points reached")
+                break
+            m = measurer.measure(n, incumbent=current.max_rate or None)
+            better = m.complete and m.max_rate > current.max_rate * (1 + IMPROVEMENT)
+            if better and (best is None or m.max_rate > best.max_rate):
+                best = m
+        if best is None:
+            log.append(f"no neighbour of {incumbent.label} beats {current.max_rate:,.0f} req/s: stop")
+            break
+        log.append(f"move to {best.candidate.label}: {best.max_rate:,.0f} req/s")
+        incumbent, current = best.candidate, best
+    measurer.close()
+    return (incumbent if current.max_rate > 0 else None), log
+
+
+def exhaustive_search(points: list[Candidate], measurer: Measurer) -> None:
+    """Measure every point in full (servers reused across front doors)."""
+    for c in sorted(points, key=lambda p: (repr(p.server_key), p.front_door)):
+        measurer.measure(c)
+    measurer.close()

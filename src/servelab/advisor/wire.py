@@ -1,0 +1,187 @@
+"""Measuring a candidate over the wire: serve it with ``servelab serve``, offer loads, find the highest rate
+that keeps P99 under the SLA.
+
+One server per configuration (both front doors on it); each *probe* is one open-loop level at a request
+rate (Poisson arrivals) measured by ``servelab.bench``. A probe passes when P99 is within the SLA, no
+request failed and the server kept up (completed at least 85% of the offered rate: short windows of Poisson arrivals vary). :func:`search_rate`
+brackets the rate with one closed-loop level (the capacity) and bisects; given an incumbent's rate it
+first asks only "does this candidate beat it?" and stops after one probe when the answer is no.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servelab.advisor.configs import artefact_config, candidate_config, install_model
+from servelab.advisor.grid import Candidate
+from servelab.bench import InputSpec, LoadSpec, TargetSpec, run_sweep
+from servelab.bench.peers.servelab_target import ServelabPeer
+from servelab.errors import ServelabError
+
+__all__ = ["MeasureSettings", "Probe", "RateSearch", "Served", "measure_probe", "search_rate"]
+
+Progress = Callable[[str], None]
+#: the share of the offered rate a server must complete for the probe to count as keeping up
+KEEP_UP = 0.85
+#: how much a neighbour must beat the incumbent by before it is searched in full
+BEAT_MARGIN = 0.03
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How each probe is measured (every duration is a flag of ``servelab select``)."""
+
+    sla_p99_ms: float
+    data_path: str | None = None
+    client_batch: int = 1
+    window_ms: int = 1000
+    max_windows: int = 3
+    warmup_requests: int = 20
+    closed_concurrency: int = 16
+    rate_steps: int = 4
+    max_inflight: int = 2048
+
+    def load(self, mode: str, level: float) -> LoadSpec:
+        cap = max(10.0, self.window_ms * self.max_windows * 4 / 1000)
+        return LoadSpec(
+            mode=mode, levels=(level,), arrivals="poisson" if mode == "request_rate" else "constant",  # type: ignore[arg-type]
+            measurement_interval_ms=self.window_ms, max_windows=self.max_windows,
+            warmup_requests=self.warmup_requests, max_inflight=self.max_inflight, max_level_s=cap,
+        )  # fmt: skip
+
+    def inputs(self) -> InputSpec:
+        return InputSpec(data_path=self.data_path, batch_size=self.client_batch)
+
+
+@dataclass
+class Probe:
+    mode: str
+    offered: float
+    achieved_rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    rss_mb: float | None
+    ok: bool
+    failure: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RateSearch:
+    """The probes of one candidate and the highest passing rate (0 when none passed)."""
+
+    probes: list[Probe] = field(default_factory=list)
+    best_rate: float = 0.0
+    capacity_rps: float = 0.0
+    complete: bool = True
+    error: str | None = None
+
+    @property
+    def best_probe(self) -> Probe | None:
+        passing = [p for p in self.probes if p.mode == "request_rate" and p.ok]
+        return max(passing, key=lambda p: p.offered) if passing else None
+
+    @property
+    def rss_mb(self) -> float | None:
+        seen = [p.rss_mb for p in self.probes if p.rss_mb is not None]
+        return max(seen) if seen else None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "best_rate": self.best_rate, "capacity_rps": self.capacity_rps, "complete": self.complete,
+            "error": self.error, "probes": [p.to_dict() for p in self.probes],
+        }  # fmt: skip
+
+
+def measure_probe(target: TargetSpec, model: str, settings: MeasureSettings, mode: str, level: float) -> Probe:
+    """One level against ``target``; the SLA verdict included."""
+    sweep = run_sweep(target, model, settings.load(mode, level), settings.inputs(), measure_ceiling=False)
+    lv = sweep.levels[0]
+    hist = lv.summary.histogram
+    p99 = hist.percentile(99) * 1e3 if lv.summary.completed else float("inf")
+    errors = sum(lv.errors.values())
+    failure = "; ".join(lv.failures)
+    kept_up = mode != "request_rate" or lv.throughput_rps >= KEEP_UP * level
+    ok = lv.summary.completed > 0 and errors == 0 and not failure and p99 <= settings.sla_p99_ms and kept_up
+    return Probe(mode, level, lv.throughput_rps, hist.percentile(50) * 1e3 if lv.summary.completed else float("inf"),
+                 p99, errors, lv.server_rss_mb, ok, failure)  # fmt: skip
+
+
+def search_rate(
+    measure: Callable[[str, float], Probe], steps: int, concurrency: int, incumbent: float | None = None
+) -> RateSearch:
+    """The highest request rate that passes; with ``incumbent``, stop early unless this beats it."""
+    out = RateSearch()
+    lo = 0.0
+    if incumbent is not None and incumbent > 0:
+        first = measure("request_rate", incumbent * (1 + BEAT_MARGIN))
+        out.probes.append(first)
+        if not first.ok:
+            out.complete = False
+            return out
+        lo = out.best_rate = first.offered
+    closed = measure("concurrency", concurrency)
+    out.probes.append(closed)
+    out.capacity_rps = closed.achieved_rps
+    hi = max(closed.achieved_rps * 1.1, lo * 1.2)
+    if hi <= 0:
+        out.error = closed.failure or "no request completed in the closed-loop run"
+        return out
+    rate = max(lo, 0.8 * closed.achieved_rps) if lo < 0.8 * closed.achieved_rps else (lo + hi) / 2
+    for _ in range(steps):
+        probe = measure("request_rate", rate)
+        out.probes.append(probe)
+        if probe.ok:
+            lo = out.best_rate = max(out.best_rate, rate)
+        else:
+            hi = rate
+        rate = (lo + hi) / 2
+    if out.best_rate == 0.0:  # nothing passed near capacity: does a light load meet the SLA at all?
+        probe = measure("request_rate", max(1.0, 0.1 * closed.achieved_rps))
+        out.probes.append(probe)
+        if probe.ok:
+            out.best_rate = probe.offered
+    return out
+
+
+class Served:
+    """One running ``servelab serve`` for a candidate's configuration; stopped on exit."""
+
+    def __init__(self, candidate: Candidate, convert_repo: Path, progress: Progress, name: str = "candidate") -> None:
+        self.candidate = candidate
+        self.name = name
+        self._convert_repo = convert_repo
+        self._say = progress
+        self._stack = contextlib.ExitStack()
+        self.endpoint: object = None
+
+    def __enter__(self) -> Served:
+        tmp = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="servelab-select-")))
+        folder = self._convert_repo / self.candidate.artefact.model
+        config = candidate_config(artefact_config(folder), self.candidate, self.name)
+        install_model(folder, config, tmp / "repo")
+        peer = self._stack.enter_context(ServelabPeer(tmp / "repo", self.name, work_dir=tmp / "work"))
+        try:
+            peer.prepare()  # type: ignore[arg-type]
+            self.endpoint = peer.start()
+        except ServelabError:
+            self._stack.close()
+            raise
+        return self
+
+    def target(self, front_door: str) -> TargetSpec:
+        ep = self.endpoint
+        extra = ep.extra  # type: ignore[attr-defined]
+        if front_door == "grpc":
+            return TargetSpec("oip-grpc", extra["grpc"], server_pid=ep.pid)  # type: ignore[attr-defined]
+        return TargetSpec("oip-http", extra["http"], binary=True, server_pid=ep.pid)  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()

@@ -1,0 +1,116 @@
+"""The quick search's climb, its budget, the rate bisection and the decision matrix, on a landscape whose
+best point is known (no servers: the measured rates come from a formula)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid, parse_batching
+from servelab.advisor.matrix import Constraints, Row, decide, load_qualitative, parse_weights
+from servelab.advisor.search import Measured, quick_search
+from servelab.advisor.wire import Probe, RateSearch, search_rate
+from servelab.errors import InvalidArgument
+
+ORT = ArtefactRef("m_onnx_fp32", "onnxruntime", "fp32", 32)
+OV = ArtefactRef("m_openvino_fp32", "openvino", "fp32", 32)
+
+
+def _rate(c: Candidate) -> float:
+    """A smooth landscape: batching helps, a second instance helps ORT, gRPC costs 10%; best: ORT b32 x2 t1 rest."""
+    base = 1000.0 if c.artefact is ORT else 700.0
+    base *= {0: 1.0, 8: 1.6, 32: 2.0}[c.batching.max_batch_size]
+    base *= 1.3 if c.instances == 2 and c.artefact is ORT else 1.0
+    base *= 1.1 if c.threads == 1 else 1.0
+    return base * (0.9 if c.front_door == "grpc" else 1.0)
+
+
+@dataclass
+class Landscape:
+    results: dict[Candidate, Measured] = field(default_factory=dict)
+
+    def measure(self, c: Candidate, incumbent: float | None = None) -> Measured:
+        rate = _rate(c)
+        complete = incumbent is None or rate > incumbent * 1.03
+        search = RateSearch(best_rate=rate if complete else 0.0, complete=complete)
+        m = Measured(c, search, len(self.results))
+        self.results[c] = m
+        return m
+
+    def close(self) -> None:
+        pass
+
+
+def _grid() -> Grid:
+    return Grid((ORT, OV), parse_batching("off,8:200,32:1000"), (1, 2), (1, 2), ("rest", "grpc"))
+
+
+def test_quick_search_finds_the_best_within_the_budget() -> None:
+    grid = _grid()
+    assert grid.size == 48
+    best = max(grid.points(), key=_rate)
+    land = Landscape()
+    pick, log = quick_search(grid, [ORT, OV], land, budget=12)  # type: ignore[arg-type]
+    assert pick == best, log
+    assert len(land.results) <= 12
+    assert log[0].startswith("start onnxruntime/fp32 b32/1000us x1 t2 rest")
+
+
+def test_the_budget_stops_the_climb() -> None:
+    land = Landscape()
+    quick_search(_grid(), [ORT, OV], land, budget=3)  # type: ignore[arg-type]
+    assert len(land.results) == 3
+
+
+def _probe(rate: float, capacity: float, sla: float) -> Probe:
+    p99 = 5.0 / max(1e-6, 1 - rate / capacity) if rate < capacity else 1e4
+    return Probe("request_rate", rate, min(rate, capacity), 1.0, p99, 0, 100.0, p99 <= sla)
+
+
+def test_rate_search_bisects_to_the_sla_and_stops_early_against_a_better_incumbent() -> None:
+    capacity, sla = 1000.0, 50.0  # P99 = 5 / (1 - rate/capacity): meets 50 ms up to 900 req/s
+
+    def measure(mode: str, level: float) -> Probe:
+        if mode == "concurrency":
+            return Probe(mode, level, capacity, 1.0, 8.0, 0, 100.0, True)
+        return _probe(level, capacity, sla)
+
+    full = search_rate(measure, steps=5, concurrency=16)
+    assert full.complete and 820 <= full.best_rate <= 900
+    early = search_rate(measure, steps=5, concurrency=16, incumbent=950.0)
+    assert not early.complete and len(early.probes) == 1 and early.best_rate == 0
+
+
+def _row(label: str, rate: float, p99: float, rss: float, drop: float = 0.0, kind: str = "candidate") -> Row:
+    probes = [Probe("request_rate", rate, rate, 1.0, p99, 0, rss, True)]
+    return Row(label, kind, "onnxruntime", "servelab" if kind == "candidate" else "mlserver", "rest", "fp32",
+               RateSearch(probes, best_rate=rate), drop)  # fmt: skip
+
+
+def test_decision_matrix_constraints_scores_and_verdicts() -> None:
+    rows = [_row("fast", 3000, 40, 300), _row("lean", 1500, 20, 120), _row("slow", 600, 30, 100),
+            _row("inaccurate", 5000, 10, 100, drop=0.2), _row("peer", 4000, 10, 90, kind="reference")]  # fmt: skip
+    constraints = Constraints(50.0, min_throughput=1000, max_memory_mb=400, max_accuracy_drop=0.05)
+    decision = decide(rows, constraints, parse_weights("throughput=1,latency=0,memory=0,accuracy=0"), load_qualitative())
+    by = {r.label: r for r in rows}
+    assert decision.winner is by["fast"]  # the peer is faster but a reference row, never the pick
+    assert "below --min-throughput" in by["slow"].verdict and not by["slow"].feasible
+    assert "exceeds --max-accuracy-drop" in by["inaccurate"].verdict
+    assert by["lean"].verdict.startswith("score") and "throughput 1,500 req/s vs 3,000 req/s" in by["lean"].verdict
+    assert by["peer"].verdict.startswith("reference row")
+    assert by["peer"] in decision.front and by["inaccurate"] in decision.front
+    weights = parse_weights("memory=1,throughput=0,latency=0,accuracy=0,model_support=0,tooling=0,"
+                            "deployment_effort=0,edge_suitability=0,team_stack=0")  # fmt: skip
+    assert decide(rows, constraints, weights, load_qualitative()).winner is by["lean"]
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(InvalidArgument, match="--weights"):
+        parse_weights("speed=1")
+    with pytest.raises(InvalidArgument, match="--batching"):
+        parse_batching("eight")
+    with pytest.raises(InvalidArgument, match="no artefact"):
+        Grid(())
+    with pytest.raises(InvalidArgument, match="no grid point fits"):
+        Grid((ArtefactRef("m", "onnxruntime", "fp32", 4),), (Batching(8, 100),))
