@@ -1,7 +1,9 @@
 """TorchServe's management API (its own port): list, describe, register, scale, set-default, unregister.
 
 Models are registered from the model repository by name (``url`` is the folder name there); "workers"
-are instances: ``initial_workers`` / ``min_worker`` reload the model with that many instances.
+are instances: ``initial_workers`` / ``min_worker`` reload the model with that many instances, at most
+``workers.max_workers_per_model`` (settings) so that no request can start an unbounded number of
+processes.
 Errors are TorchServe's ``{"code": int, "type": str, "message": str}``.
 """
 
@@ -15,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from servelab.errors import AlreadyExists, InvalidArgument, NotFound
-from servelab.frontends.rest._common import dataplane, in_thread, json_response
+from servelab.frontends.rest._common import dataplane, in_thread, json_response, settings
 from servelab.protocol import model_config_pb2 as mc
 
 __all__ = ["routes"]
@@ -87,6 +89,15 @@ async def describe(request: Request) -> Response:
     return json_response([_describe_one(request, name, version)])
 
 
+def _check_cap(request: Request, key: str, workers: int) -> None:
+    cap = settings(request).workers.max_workers_per_model
+    if workers > cap:
+        raise InvalidArgument(
+            f"{key}={workers} is more than the {cap} workers a model may have "
+            "(settings workers.max_workers_per_model)"
+        )
+
+
 async def _reload_with_workers(request: Request, name: str, workers: int) -> None:
     dp = dataplane(request)
     config = mc.ModelConfig()
@@ -102,7 +113,8 @@ async def register(request: Request) -> Response:
     if not url:
         raise InvalidArgument("register: the 'url' query parameter must name a model in the repository")
     name = request.query_params.get("model_name") or url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".mar")
-    workers = _int_query(request, "initial_workers", 0)
+    workers = _int_query(request, "initial_workers", 0) or 0
+    _check_cap(request, "initial_workers", workers)
     if name in _registered(request):
         raise AlreadyExists(f"Model {name} is already registered.")
     dp = dataplane(request)
@@ -118,11 +130,14 @@ async def scale(request: Request) -> Response:
     name = request.path_params["model"]
     if request.path_params.get("version"):
         dataplane(request).model_metadata(name, request.path_params["version"])
-    workers = _int_query(request, "min_worker", None)
+    key = "min_worker"
+    workers = _int_query(request, key, None)
     if workers is None:
-        workers = _int_query(request, "max_worker", None)
+        key = "max_worker"
+        workers = _int_query(request, key, None)
     if not workers:
         raise InvalidArgument("scale: give min_worker (an integer >= 1)")
+    _check_cap(request, key, workers)
     await _reload_with_workers(request, name, workers)
     return json_response({"status": f"Workers scaled to {workers} for model: {name}"})
 
