@@ -98,9 +98,12 @@ class ArenaWriter:
         seg = self._current
         offset = seg.take(n)
         if offset < 0:
+            old = seg
             seg = self._current = self._new_segment(max(2 * seg.size, 2 * n))
             self.announce.append((seg.id, seg.fd, seg.size))
             offset = seg.take(n)
+            if not old.used:
+                self._drop(old)
         blocks = self._owned.get(owner)
         if blocks is None:
             self._owned[owner] = [(seg, offset)]
@@ -114,8 +117,12 @@ class ArenaWriter:
             for seg, offset in self._owned.pop(owner, ()):
                 seg.give_back(offset)
                 if not seg.used and seg is not self._current:
-                    del self._segments[seg.id]
-                    seg.unmap()
+                    self._drop(seg)
+
+    def _drop(self, seg: _Segment) -> None:
+        del self._segments[seg.id]
+        self.announce = [a for a in self.announce if a[0] != seg.id]  # never announced: never will be
+        seg.unmap()
 
     def release_upto(self, last: int) -> None:
         """Free the blocks of every owner <= ``last`` (owners that are message sequence numbers)."""

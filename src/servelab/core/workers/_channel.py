@@ -125,6 +125,7 @@ class Channel:
         self._handled = 0  # ... of which fully read (everything before the latest recv call)
         self._peer_ack = 0
         self._to_release: deque[int] = deque()
+        self._closed = False
 
     # ----- sending -----
     def send(self, kind: int, msg_id: int, body: Any = None, build: Callable[[Put], Any] | None = None,
@@ -237,8 +238,13 @@ class Channel:
         return out
 
     def close(self) -> None:
-        self.sock.close()
-        self.writer.close()
+        """Close the socket and unmap our arena (idempotent: the reader and close() may both call it)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.sock.close()
+            self.writer.close()
 
 
 def _received_fd(ancdata: list[tuple[int, int, bytes]]) -> int:
