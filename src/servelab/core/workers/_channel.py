@@ -19,6 +19,7 @@ from __future__ import annotations
 import array
 import marshal
 import os
+import select
 import socket
 import threading
 from collections import deque
@@ -126,6 +127,8 @@ class Channel:
         self._peer_ack = 0
         self._to_release: deque[int] = deque()
         self._closed = False
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN)
 
     # ----- sending -----
     def send(self, kind: int, msg_id: int, body: Any = None, build: Callable[[Put], Any] | None = None,
@@ -198,16 +201,29 @@ class Channel:
 
     # ----- receiving -----
     def recv(self) -> tuple[int, int, Any]:
-        """The next (kind, id, body); EOFError when the peer has gone. Arena packets are handled here.
+        """The next (kind, id, body), waiting for it; EOFError when the peer has gone.
 
-        Calling it again acknowledges the previous message: read its tensors before that.
+        Arena packets are handled here. Calling it again acknowledges the previous message: read its
+        tensors before that.
         """
+        message = self._recv(0)
+        assert message is not None
+        return message
+
+    def recv_ready(self) -> tuple[int, int, Any] | None:
+        """Like :meth:`recv`, but None at once when no message is there (the socket stays blocking)."""
+        return self._recv(socket.MSG_DONTWAIT)
+
+    def _recv(self, flags: int) -> tuple[int, int, Any] | None:
         self._handled = self._returned
         while True:
-            n, ancdata, flags, _ = self.sock.recvmsg_into([self._buf], self._ancsize)
+            try:
+                n, ancdata, got, _ = self.sock.recvmsg_into([self._buf], self._ancsize, flags)
+            except BlockingIOError:
+                return None
             if n == 0:
                 raise EOFError("the peer closed the channel")
-            if flags & _TRUNCATED:
+            if got & _TRUNCATED:
                 raise EOFError("a worker message was truncated (protocol error)")
             kind, msg_id, ack, body = marshal.loads(self._view[:n])
             self._peer_ack = ack
@@ -216,6 +232,13 @@ class Channel:
                 continue
             self._returned += 1
             return kind, msg_id, body
+
+    def readable(self, timeout_s: float) -> bool:
+        """Whether a message (or the end) is there within ``timeout_s``; for one reader at a time."""
+        try:
+            return bool(self._poller.poll(timeout_s * 1000))
+        except (ValueError, OSError, RuntimeError):  # closed meanwhile: recv says so
+            return True
 
     def done_reading(self) -> None:
         """Acknowledge every message returned so far (its tensors are read) in our next header."""
