@@ -183,3 +183,23 @@ def test_close_kills_a_stuck_worker_after_the_grace() -> None:
         error = pending.result(timeout=10)[0]
     assert isinstance(error, Unavailable) and "unloaded" in error.message
     assert worker._proc is not None and worker._proc.poll() is not None
+
+
+def test_threads_and_the_event_loop_take_turns_reading_one_worker() -> None:
+    """Sync waiters (threads) and async ones (the loop) interleave on one worker; each gets its answer."""
+    worker = start_worker(EchoBackend)
+
+    async def main() -> list[Outputs]:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(3) as pool:
+            sync = [loop.run_in_executor(pool, worker.infer, {"x": np.full(3, i)}) for i in range(40)]
+            asynchronous = [worker.execute_async([{"x": np.full(3, 100 + i)}]) for i in range(40)]
+            done = await asyncio.gather(*sync, *asynchronous)
+        return [d if isinstance(d, dict) else d.results[0] for d in done]  # type: ignore[misc]
+
+    try:
+        outs = asyncio.run(main())
+        expected = [float(i) for i in range(40)] + [100.0 + i for i in range(40)]
+        assert [float(o["x"][0]) for o in outs] == expected
+    finally:
+        worker.close()

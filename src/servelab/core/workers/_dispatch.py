@@ -266,12 +266,15 @@ class Dispatcher:
             if message is None:
                 return True
             kind, msg_id, body = message
-            if kind == RESULT:
-                self._result(channel, msg_id, body)
-            elif kind == CALL:
-                self._call(channel, msg_id, body)
-            else:
-                log.error("%s: unexpected worker message %d: killing the worker", self.label, kind)
+            try:
+                if kind == RESULT:
+                    self._result(channel, msg_id, body)
+                elif kind == CALL:
+                    self._call(channel, msg_id, body)
+                else:
+                    raise ValueError(f"unexpected message kind {kind}")
+            except Exception:  # whoever reads must survive a worker that breaks the protocol
+                log.exception("%s: bad message from the worker: killing it", self.label)
                 self._kill("broke the channel protocol")
                 return False
             return True
@@ -312,7 +315,11 @@ class Dispatcher:
     def _call(self, channel: Channel, call_id: int, body: Any) -> None:
         owner, model, version, descriptors = body
         inputs = channel.arrays(descriptors, copy=True)
-        self._calls().submit(self._answer_call, channel, call_id, owner, model, version, inputs)
+        try:
+            self._calls().submit(self._answer_call, channel, call_id, owner, model, version, inputs)
+        except RuntimeError:  # the server is shutting down
+            with contextlib.suppress(OSError):
+                channel.send(CALL_RESULT, call_id, error_entry(Unavailable("the server is shutting down")))
 
     def _answer_call(self, channel: Channel, call_id: int, owner: int, model: str, version: str,
                      inputs: Inputs) -> None:
