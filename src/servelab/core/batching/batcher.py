@@ -173,7 +173,7 @@ class DynamicBatcher(Scheduler):
     def _work(self, backend: Backend) -> None:
         while True:
             if isinstance(backend, WorkerInstance):  # a restarting worker forms no batch: others may
-                while not (self._closed or backend.wait_available(0.5)):
+                while not (self._closed or backend.closed or backend.wait_available(0.5)):
                     pass
             with self._form:
                 formed = self._next_batch()

@@ -78,6 +78,10 @@ class WorkerInstance(Backend):
         return self._d.state == "READY"
 
     @property
+    def closed(self) -> bool:
+        return self._d.state == "CLOSED"
+
+    @property
     def down_reason(self) -> str:
         """Why the instance takes no request now (empty while available)."""
         return self._d.down_reason
