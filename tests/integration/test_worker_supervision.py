@@ -170,7 +170,7 @@ def test_the_torchserve_scale_api_refuses_more_workers_than_the_cap(server: Serv
 
 
 def test_sigterm_with_a_stuck_worker_exits_within_the_exit_timeout(repo: Path, tmp_path: Path) -> None:
-    exit_timeout_s = 3.0
+    exit_timeout_s = 6.0
     server = ServerProcess(repo, tmp_path / "sigterm.log", [*_flags(repo), "--exit-timeout-secs", str(exit_timeout_s)])
     server.start()
     try:
@@ -187,5 +187,5 @@ def test_sigterm_with_a_stuck_worker_exits_within_the_exit_timeout(repo: Path, t
     finally:
         server.stop()
     assert code == 0, server.log_tail()
-    assert elapsed < exit_timeout_s + 1.0, f"exit took {elapsed:.1f} s:\n{server.log_tail()}"
+    assert elapsed < exit_timeout_s, f"exit took {elapsed:.1f} s:\n{server.log_tail()}"
     _until(lambda: not Path(f"/proc/{pid}").exists(), 10.0)  # the stuck worker is gone too

@@ -137,7 +137,8 @@ class WorkerInstance(Backend):
         self.close()
 
     def close(self, grace_s: float = 5.0) -> None:
-        """Fail what is queued, let the running request finish for up to ``grace_s``, then stop."""
+        """Fail what is queued and stop the worker: an idle one gets ``grace_s`` to unload its model
+        (``finalize``); one still busy is killed at once (whoever unloads has drained already)."""
         d = self._d
         if self._closing.is_set() and d.state == "CLOSED":
             return
@@ -146,6 +147,8 @@ class WorkerInstance(Backend):
             d.state, d.down_reason = "CLOSED", "unloaded"
             queued = d.drain_queue()
             proc, channel = self._proc, d.channel
+            if d.active is not None:
+                grace_s = 0.0
             d.up.notify_all()
         d.fail(queued, Unavailable(f"{self.label} was unloaded before the request ran"))
         if proc is not None and channel is not None:
