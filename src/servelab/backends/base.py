@@ -4,12 +4,15 @@ A backend wraps one runtime for one model version. The scheduler hands it a list
 dict of input name -> numpy array that already passed validation against the model's config; it
 returns, per request, a dict of output name -> numpy array or a ServelabError that fails that request
 alone. Tensor runtimes implement only :meth:`Backend.infer` on one (batched) input dict; the default
-:meth:`Backend.execute` concatenates the requests once along the batch axis, calls ``infer`` and
-splits the outputs back by row counts.
+:meth:`Backend.execute` follows :func:`run_batched`, the one batch rule: concatenate the requests once
+along the batch axis, call ``infer`` once, split the outputs back by row counts, and when that fails
+run each request alone so that a bad request fails only itself. :meth:`Backend.execute_timed` is what
+schedulers call: the same, with the time of each stage.
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +25,18 @@ from servelab.errors import InternalError, ServelabError
 from servelab.protocol import model_config_pb2 as mc
 from servelab.trust import version_file
 
-__all__ = ["Backend", "BackendContext", "InferFn", "Inputs", "Outputs", "concat_rows", "param", "split_rows"]
+__all__ = [
+    "Backend",
+    "BackendContext",
+    "Executed",
+    "InferFn",
+    "Inputs",
+    "Outputs",
+    "concat_rows",
+    "param",
+    "run_batched",
+    "split_rows",
+]
 
 Inputs = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
@@ -43,6 +57,8 @@ class BackendContext:
     #: Present for backends that call other models (ensembles, pipelines).
     infer: InferFn | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Whether calling (model, version) through ``infer`` never blocks the caller (see never_blocks).
+    calls_never_block: Callable[[str, str], bool] | None = None
 
     @property
     def model_path(self) -> Path:
@@ -73,6 +89,49 @@ def split_rows(outputs: Outputs, rows: list[int]) -> list[Outputs]:
     return [{name: parts[name][i] for name in outputs} for i in range(len(rows))]
 
 
+@dataclass(slots=True)
+class Executed:
+    """What one execution of a list of requests returned, and where its time went (ns).
+
+    ``queue_ns`` is time spent waiting for the instance itself (a busy worker process), which the
+    schedulers report as queue time like the batcher's queue.
+    """
+
+    results: list[Outputs | ServelabError]
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+    queue_ns: int = 0
+
+
+def run_batched(backend: Backend, requests: list[Inputs]) -> Executed:
+    """The batch rule, the only one: several requests of a batching model run as ONE ``infer``.
+
+    Concatenate each input once (compute input), infer once (compute infer), split the outputs back
+    by rows (compute output). If concatenating or the batch fails, each request runs alone, so one
+    bad request fails only itself. Models that do not batch (or a single request) run request by
+    request.
+    """
+    t0 = time.perf_counter_ns()
+    if len(requests) == 1 or backend.config.max_batch_size <= 0:
+        results = [backend._guarded(r) for r in requests]
+        return Executed(results, 0, time.perf_counter_ns() - t0, 0)
+    try:
+        batch, rows = concat_rows(requests)
+    except Exception:  # inputs that cannot share a batch: each alone
+        results = [backend._guarded(r) for r in requests]
+        return Executed(results, 0, time.perf_counter_ns() - t0, 0)
+    t1 = time.perf_counter_ns()
+    try:
+        outputs = backend.infer(batch)
+    except Exception:
+        results = [backend._guarded(r) for r in requests]
+        return Executed(results, t1 - t0, time.perf_counter_ns() - t1, 0)
+    t2 = time.perf_counter_ns()
+    parts: list[Outputs | ServelabError] = list(split_rows(outputs, rows))
+    return Executed(parts, t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
+
+
 class Backend(ABC):
     """One model version on one runtime. Subclasses set ``kind`` and implement load and infer."""
 
@@ -84,6 +143,9 @@ class Backend(ABC):
     default_filename: ClassVar[str] = ""
     #: False when the runtime holds the GIL while it computes (instances then want processes).
     releases_gil: ClassVar[bool] = True
+    #: True when a call never waits on anything but the CPU (no sleep, lock, socket or queue), so
+    #: the event loop may run a short one itself. Runtimes declare it; user code (python) never does.
+    never_blocks: bool = False
 
     def __init__(self, ctx: BackendContext) -> None:
         self.ctx = ctx
@@ -105,18 +167,27 @@ class Backend(ABC):
         """Run one (possibly batched) input dict through the runtime; return every output."""
 
     def execute(self, requests: list[Inputs]) -> list[Outputs | ServelabError]:
-        """Run several requests as one batch when the model batches, else one by one."""
-        if len(requests) == 1:
-            return [self._guarded(requests[0])]
-        if self.config.max_batch_size > 0:
-            try:
-                batch, rows = concat_rows(requests)
-                outputs = self.infer(batch)
-            except Exception:
-                # One bad request must not fail the others: run each alone to find it.
-                return [self._guarded(r) for r in requests]
-            return list(split_rows(outputs, rows))
-        return [self._guarded(r) for r in requests]
+        """Run several requests as one batch when the model batches, else one by one (:func:`run_batched`)."""
+        return run_batched(self, requests).results
+
+    def execute_timed(self, requests: list[Inputs]) -> Executed:
+        """:meth:`execute` with the time of each stage; what schedulers call.
+
+        Backends with the stock ``execute`` get the batch rule's stage times; one with its own
+        ``execute`` (python models) is timed as a whole, guarded so that it cannot fail the caller.
+        """
+        if type(self).execute is Backend.execute:
+            return run_batched(self, requests)
+        t0 = time.perf_counter_ns()
+        try:
+            results = self.execute(requests)
+            if len(results) != len(requests):
+                raise InternalError(f"returned {len(results)} results for {len(requests)} requests")
+        except ServelabError as exc:
+            results = [exc] * len(requests)
+        except Exception as exc:  # a backend must never take its caller down
+            results = [InternalError(f"model '{self.ctx.model_name}' failed: {exc}")] * len(requests)
+        return Executed(results, 0, time.perf_counter_ns() - t0, 0)
 
     def _guarded(self, inputs: Inputs) -> Outputs | ServelabError:
         try:

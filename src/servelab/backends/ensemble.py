@@ -4,7 +4,8 @@ Each step maps ensemble tensors to its model's inputs (``input_map {key: model i
 ensemble tensor}``) and its model's outputs back to ensemble tensors (``output_map``). The graph is
 checked at load (every step input is produced earlier or is an ensemble input, every ensemble output
 is produced, each tensor has one producer, no cycles) and steps run one after another in dependency
-order through ``ctx.infer``. An ensemble input marked ``optional: true`` that a request leaves out is
+order through ``ctx.infer``. It declares ``never_blocks`` (may run on the event loop) only when every
+step's model does, as the registry reported at load (``ctx.calls_never_block``). An ensemble input marked ``optional: true`` that a request leaves out is
 left out of every step that maps it (that step's model must declare the input optional too), as
 Triton does. Cumulative time per step is kept in :attr:`EnsembleBackend.step_ns`.
 """
@@ -129,6 +130,10 @@ class EnsembleBackend(Backend):
             )
         self._call = self.ctx.infer
         self.steps = plan_steps(self.config)
+        never_blocks = self.ctx.calls_never_block
+        self.never_blocks = never_blocks is not None and all(
+            never_blocks(s.model_name, s.version) for s in self.steps
+        )
         self._outputs = tuple(t.name for t in self.config.output)
         self.step_ns = {s.index: 0 for s in self.steps}
         self.step_calls = {s.index: 0 for s in self.steps}

@@ -101,6 +101,7 @@ class OnnxRuntimeBackend(Backend):
     kind: ClassVar[str] = "onnxruntime"
     platforms: ClassVar[tuple[str, ...]] = ("onnxruntime_onnx",)
     default_filename: ClassVar[str] = "model.onnx"
+    never_blocks = True  # the runtime computes; nothing in a call waits on I/O or a lock
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)

@@ -71,6 +71,7 @@ class OpenVinoBackend(Backend):
     kind: ClassVar[str] = "openvino"
     platforms: ClassVar[tuple[str, ...]] = ("openvino",)
     default_filename: ClassVar[str] = "model.xml"
+    never_blocks = True  # the runtime computes; nothing in a call waits on I/O or a lock
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)

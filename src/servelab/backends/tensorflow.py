@@ -84,6 +84,7 @@ class TensorFlowBackend(Backend):
     kind: ClassVar[str] = "tensorflow"
     platforms: ClassVar[tuple[str, ...]] = ("tensorflow_savedmodel",)
     default_filename: ClassVar[str] = "model.savedmodel"
+    never_blocks = True  # the runtime computes; nothing in a call waits on I/O or a lock
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)

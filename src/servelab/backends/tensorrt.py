@@ -88,6 +88,7 @@ class TensorRTBackend(Backend):
     kind: ClassVar[str] = "tensorrt"
     platforms: ClassVar[tuple[str, ...]] = ("tensorrt_plan",)
     default_filename: ClassVar[str] = "model.plan"
+    never_blocks = True  # the runtime computes; nothing in a call waits on I/O or a lock
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)

@@ -130,6 +130,7 @@ class TorchBackend(Backend):
     kind: ClassVar[str] = "pytorch"
     platforms: ClassVar[tuple[str, ...]] = ("pytorch_libtorch", "torch_export")
     default_filename: ClassVar[str] = "model.pt"
+    never_blocks = True  # the runtime computes; nothing in a call waits on I/O or a lock
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)

@@ -11,8 +11,10 @@ import typer
 
 from servelab.cli import bench as _bench
 from servelab.cli import compare as _compare
+from servelab.cli import convert as _convert
 from servelab.cli import demo as _demo
 from servelab.cli import graph as _graph
+from servelab.cli import select as _select
 from servelab.cli import serve as _serve
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, SERVER_EXPERIMENTS, disable_grpc_experiments
 

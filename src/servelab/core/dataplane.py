@@ -17,6 +17,7 @@ import numpy as np
 from servelab.backends.base import Inputs, Outputs
 from servelab.core.classification import classify
 from servelab.core.registry import LoadedVersion, ModelRegistry, ModelState
+from servelab.core.workers import WorkerInstance
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import config_from_json
@@ -239,8 +240,9 @@ class DataPlane:
         for step in dict.fromkeys(steps):
             self.registry.unload(step)
 
-    def close(self) -> None:
-        self.registry.close()
+    def close(self, timeout_s: float | None = None) -> None:
+        """Unload every model (within ``timeout_s`` if given: worker processes left are killed)."""
+        self.registry.close(timeout_s)
 
 
 def _version_stats(lv: LoadedVersion) -> dict[str, Any]:
@@ -248,6 +250,9 @@ def _version_stats(lv: LoadedVersion) -> dict[str, Any]:
     stages = [s for s in (b.stage_stats() for b in lv.instances) if s]
     if stages:
         row["stages"] = stages[0] if len(stages) == 1 else stages
+    workers = [b.describe() for b in lv.instances if isinstance(b, WorkerInstance)]
+    if workers:  # worker processes: pid, state, restarts, last exit
+        row["workers"] = workers
     return row
 
 

@@ -3,6 +3,10 @@
 A model that fails to load is UNAVAILABLE with the reason and leaves every other model serving. A
 reload builds the new versions beside the old ones and swaps them in only when all loaded; a failed
 reload keeps the old versions serving. Unload drains in-flight requests first.
+
+Whether a version's instances run in threads or in worker processes is decided from the backend
+class and the config before any instance is built, and each instance is loaded once (in its worker,
+for worker processes). A version whose every worker is restarting is not ready.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -20,6 +25,7 @@ from servelab.core.batching import make_scheduler
 from servelab.core.scheduling import DirectScheduler, Scheduler
 from servelab.core.stats import ModelStats
 from servelab.core.validation import Signature
+from servelab.core.workers import WorkerInstance, WorkerPool, runs_in_worker
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import ModelRepository, ModelSource
@@ -50,13 +56,17 @@ class LoadedVersion:
     #: output name -> labels (``label_filename``), read when this version loaded
     labels: dict[str, list[str]] = field(default_factory=dict)
 
-    def close(self, drain_timeout_s: float) -> None:
+    def close(self, drain_timeout_s: float, stop_grace_s: float = 5.0) -> None:
+        """Drain, then unload every instance; a worker still busy after ``stop_grace_s`` is killed."""
         if not self.scheduler.drain(drain_timeout_s):
             log.warning("model %s v%d unloaded with requests still in flight", self.name, self.version)
         self.scheduler.close()
         for backend in self.instances:
             try:
-                backend.unload()
+                if isinstance(backend, WorkerInstance):
+                    backend.close(stop_grace_s)
+                else:
+                    backend.unload()
             except Exception:  # unloading must never take the server down
                 log.exception("unloading %s v%d failed", self.name, self.version)
 
@@ -91,6 +101,7 @@ class ModelRegistry:
         scheduler_factory: SchedulerFactory = make_scheduler,
         cores: int | None = None,
         poll_secs: float = 15.0,
+        workers: WorkerPool | None = None,
     ) -> None:
         self.repository = repository
         self.mode = mode
@@ -99,6 +110,8 @@ class ModelRegistry:
         self.scheduler_factory = scheduler_factory
         self.cores = cores or default_threads()
         self.poll_secs = poll_secs
+        #: the worker processes of every version whose instances run isolated
+        self.workers = workers if workers is not None else WorkerPool()
         #: set by the data plane so that ensembles can call other models
         self.infer_fn: InferFn | None = None
         self._records: dict[str, ModelRecord] = {}
@@ -117,14 +130,18 @@ class ModelRegistry:
             reason = f": {record.reason}" if record.reason else ""
             raise Unavailable(f"model '{name}' is not ready ({record.state.value}{reason})")
         if not version:
-            return versions[max(versions)]
-        try:
-            return versions[int(version)]
-        except (ValueError, KeyError):
-            check_version(version)
-            raise NotFound(
-                f"model '{name}' has no version {version!r} loaded; loaded versions: {sorted(versions)}"
-            ) from None
+            lv = versions[max(versions)]
+        else:
+            try:
+                lv = versions[int(version)]
+            except (ValueError, KeyError):
+                check_version(version)
+                raise NotFound(
+                    f"model '{name}' has no version {version!r} loaded; loaded versions: {sorted(versions)}"
+                ) from None
+        if not lv.scheduler.available:
+            raise Unavailable(f"model '{name}' version {lv.version} is not ready: {lv.scheduler.unavailable_reason()}")
+        return lv
 
     def loaded(self, name: str, version: int) -> LoadedVersion | None:
         """The loaded version, or None (no exception: for bookkeeping after a request was answered)."""
@@ -159,8 +176,11 @@ class ModelRegistry:
             if record is None:
                 rows.append({"name": name, "version": "", "state": "", "reason": ""})
             elif record.versions:
-                for v in sorted(record.versions):
-                    rows.append({"name": name, "version": str(v), "state": record.state.value, "reason": record.reason})
+                for v, lv in sorted(record.versions.items()):
+                    state, reason = record.state.value, record.reason
+                    if not lv.scheduler.available:
+                        state, reason = ModelState.UNAVAILABLE.value, lv.scheduler.unavailable_reason()
+                    rows.append({"name": name, "version": str(v), "state": state, "reason": reason})
             else:
                 rows.append({"name": name, "version": "", "state": record.state.value, "reason": record.reason})
         return rows
@@ -230,7 +250,8 @@ class ModelRegistry:
         log.warning("model %s (%s) failed to load: %s", name, self.repository.location(name), full.message)
         return self.repository.client_error(name, full)
 
-    def unload(self, name: str, *, _internal: bool = False) -> None:
+    def unload(self, name: str, *, _internal: bool = False, deadline: float | None = None) -> None:
+        """Drain and unload every version of ``name`` (by ``deadline``, a time.monotonic(), if given)."""
         if self.mode is ControlMode.NONE and not _internal:
             raise Unsupported("model control mode is 'none': start the server with --model-control-mode explicit")
         check_model_name(name)
@@ -245,15 +266,22 @@ class ModelRegistry:
             record.versions = {}
             self.repository.release(name)  # uploaded files go; open ones stay readable until closed
         for lv in old.values():
-            lv.close(self.drain_timeout_s)
+            if deadline is None:
+                lv.close(self.drain_timeout_s)
+            else:
+                left = max(0.0, deadline - time.monotonic())
+                lv.close(min(self.drain_timeout_s, left), stop_grace_s=min(5.0, left))
         record.state, record.reason = ModelState.UNAVAILABLE, "unloaded"
 
-    def close(self) -> None:
+    def close(self, timeout_s: float | None = None) -> None:
+        """Unload every model; with ``timeout_s`` all of it within that time (workers left are killed)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._stop.set()
         if self._poller is not None:
             self._poller.join(timeout=5)
         for name in list(self._records):
-            self.unload(name, _internal=True)
+            self.unload(name, _internal=True, deadline=deadline)
+        self.workers.kill_all()
 
     # ----- poll mode -----
     def start_polling(self, interval_s: float | None = None) -> None:
@@ -305,6 +333,40 @@ class ModelRegistry:
         else:
             record.state = ModelState.UNAVAILABLE
 
+    def _start_workers(self, cls: type[Backend], contexts: list[BackendContext]) -> list[Backend]:
+        """One worker process per instance, all loading at once; any failure stops them all."""
+        workers = [self.workers.instance(ctx, cls) for ctx in contexts]
+        try:
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.load()
+        except BaseException:
+            for worker in workers:
+                worker.close(0.0)
+            raise
+        return list(workers)
+
+    def _load_threads(self, cls: type[Backend], contexts: list[BackendContext]) -> list[Backend]:
+        instances: list[Backend] = []
+        try:
+            for ctx in contexts:
+                backend = cls(ctx)
+                backend.load()
+                instances.append(backend)
+        except BaseException:
+            for b in instances:
+                b.unload()
+            raise
+        return instances
+
+    def _never_blocks(self, name: str, version: str) -> bool:
+        """Whether running (name, version) synchronously waits only on the CPU (for ensembles)."""
+        try:
+            return self.get(name, version).scheduler.never_blocks
+        except ServelabError:
+            return False
+
     def _ordered(self, names: list[str]) -> list[str]:
         """Ensembles last, so the models they call are loaded first."""
         def is_ensemble(name: str) -> bool:
@@ -332,18 +394,24 @@ class ModelRegistry:
         config = source.config
         count = sum(g.count or 1 for g in config.instance_group) or 1
         threads = max(1, self.cores // count)
-        instances: list[Backend] = []
+        isolated = runs_in_worker(cls, config)  # decided before anything is built
+        if isolated:
+            self.workers.check_count(config, count)
+        contexts = [
+            BackendContext(
+                source.name, version, version_dir, config, threads, self.infer_fn,  # type: ignore[arg-type]
+                calls_never_block=self._never_blocks,
+            )
+            for _ in range(count)
+        ]
+        instances = self._start_workers(cls, contexts) if isolated else self._load_threads(cls, contexts)
+        stats = ModelStats(source.name, version)
         try:
-            for _ in range(count):
-                ctx = BackendContext(source.name, version, version_dir, config, threads, self.infer_fn)  # type: ignore[arg-type]
-                backend = cls(ctx)
-                backend.load()
-                instances.append(backend)
+            signature = Signature(config, self.max_tensor_elements)
+            scheduler = self.scheduler_factory(instances, stats, config)
         except BaseException:
             for b in instances:
-                b.unload()
+                with contextlib.suppress(Exception):
+                    b.unload()
             raise
-        stats = ModelStats(source.name, version)
-        signature = Signature(config, self.max_tensor_elements)
-        scheduler = self.scheduler_factory(instances, stats, config)
         return LoadedVersion(source.name, version, config, signature, instances, scheduler, stats)

@@ -11,7 +11,10 @@ no instance_group) with ``cores // count`` runtime threads each. One instance wi
 the default: on the 2-core host measured (benchmarks/batching.py, batch-1 gRPC at concurrency 64,
 dynamic batching) 1 ORT session x 2 threads served 2,268 req/s and 2 sessions x 1 thread 2,170
 (ratio 0.96), with half the model memory. Runtimes that hold the GIL (``Backend.releases_gil`` False,
-e.g. the Python backend) get one worker *process* per instance (:class:`ProcessInstance`).
+e.g. the Python backend) get one worker *process* per instance (:mod:`servelab.core.workers`).
+
+Every execution goes through ``Backend.execute_timed`` (the one batch rule, or a worker's own
+timing). Time a request waits for its instance (a busy worker, a busy thread pool) is queue time.
 """
 
 from __future__ import annotations
@@ -25,47 +28,17 @@ from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from servelab.backends.base import Backend, Inputs, Outputs, concat_rows, split_rows
+from servelab.backends.base import Backend, Executed, Inputs, Outputs
 from servelab.core.cache import ResponseCache, cache_key
-from servelab.core.processes import ProcessInstance, to_processes
 from servelab.core.stats import ModelStats
-from servelab.errors import InternalError, ServelabError, Unavailable
+from servelab.core.workers import WorkerInstance
+from servelab.errors import ServelabError, Unavailable
 from servelab.metrics.histograms import ModelHistograms
 from servelab.protocol import model_config_pb2 as mc
 
-__all__ = ["DirectScheduler", "ProcessInstance", "Scheduler", "execute_timed", "request_rows", "to_processes"]
+__all__ = ["DirectScheduler", "Scheduler", "request_rows"]
 
-# Worker-process instances live in servelab.core.processes; re-exported here for the schedulers' users.
-
-log = logging.getLogger("servelab.instances")
-
-
-def execute_timed(backend: Backend, requests: list[Inputs]) -> tuple[list[Outputs | ServelabError], int, int, int]:
-    """Run ``requests`` as one execution; returns (results, input_ns, infer_ns, output_ns).
-
-    For backends using the stock :meth:`Backend.execute` the batch is built by one concatenate per
-    input (timed as compute input), run once (infer) and split back by rows (output); a failing batch
-    is retried request by request so that a bad request fails alone. Other backends are timed whole.
-    """
-    t0 = time.perf_counter_ns()
-    stock = type(backend).execute is Backend.execute
-    if not (stock and len(requests) > 1 and backend.config.max_batch_size > 0):
-        try:
-            results = backend.execute(requests)
-        except Exception as exc:  # a backend must never take the worker down
-            err = InternalError(f"model '{backend.ctx.model_name}' failed: {exc}")
-            results = [err] * len(requests)
-        return results, 0, time.perf_counter_ns() - t0, 0
-    batch, rows = concat_rows(requests)
-    t1 = time.perf_counter_ns()
-    try:
-        outputs = backend.infer(batch)
-    except Exception:
-        results = [backend._guarded(r) for r in requests]
-        return results, t1 - t0, time.perf_counter_ns() - t1, 0
-    t2 = time.perf_counter_ns()
-    parts: list[Outputs | ServelabError] = list(split_rows(outputs, rows))
-    return parts, t1 - t0, t2 - t1, time.perf_counter_ns() - t2
+log = logging.getLogger("servelab.scheduling")
 
 
 def request_rows(inputs: Inputs, batched: bool) -> int:
@@ -86,6 +59,8 @@ class Scheduler(ABC):
         self.histograms = ModelHistograms()
         config = backends[0].config
         self.batched = config.max_batch_size > 0
+        self._isolated = [b for b in backends if isinstance(b, WorkerInstance)]
+        self._all_workers = len(self._isolated) == len(backends)
         self._in_flight = 0
         self._idle = threading.Condition()
 
@@ -158,6 +133,24 @@ class Scheduler(ABC):
         self.histograms.compute.observe((input_ns + infer_ns + output_ns) / 1e9)
         self.histograms.batch_size.observe(rows)
 
+    def _observe_queue(self, queue_ns: int) -> None:
+        """Queue time of one request that then succeeded (Triton counts successful requests only)."""
+        self.histograms.queue.observe(queue_ns / 1e9)
+        self.stats.record_queue(queue_ns)
+
+    @property
+    def never_blocks(self) -> bool:
+        """Whether a synchronous :meth:`run` waits only on the CPU (ensembles may then run inline)."""
+        return False
+
+    @property
+    def available(self) -> bool:
+        """False while no instance can take a request (every worker process is restarting)."""
+        return not self._all_workers or any(w.available for w in self._isolated)
+
+    def unavailable_reason(self) -> str:
+        return "; ".join(w.down_reason for w in self._isolated if not w.available)
+
     @property
     def pending(self) -> int:
         """Requests waiting in a queue (0 for schedulers without one)."""
@@ -199,7 +192,12 @@ def _inline_threshold_ns(config: mc.ModelConfig, key: str, default_us: int) -> i
 
 
 class DirectScheduler(Scheduler):
-    """No queue, no batching: each request runs alone on the next instance (round robin)."""
+    """No queue, no batching: each request runs alone on the next instance (round robin).
+
+    Thread instances run in the caller's thread (:meth:`run`) or on a thread pool; a backend that
+    declares ``never_blocks`` and is measured fast enough runs on the event loop itself. Worker
+    process instances are awaited without a thread: the worker's reader thread answers the loop.
+    """
 
     def __init__(
         self,
@@ -211,20 +209,43 @@ class DirectScheduler(Scheduler):
     ) -> None:
         super().__init__(backends, stats, cache=cache)
         self._next = 0
+        self._never_blocks = all(b.never_blocks for b in backends)
+        config = backends[0].config
         #: models whose typical execution is below this run on the event loop (no thread hop);
         #: config parameter ``inline_execution_us`` (0 turns it off). Starts pessimistic until measured.
-        self.inline_ns = _inline_threshold_ns(backends[0].config, "inline_execution_us", _DEFAULT_INLINE_US)
+        #: Only for backends that declare ``never_blocks``.
+        self.inline_ns = _inline_threshold_ns(config, "inline_execution_us", _DEFAULT_INLINE_US)
         #: ... and models up to this run on the loop when it is idle: nothing waiting on a worker and no
         #: request for twice the model's typical time (an idle server answers faster without the thread
         #: hop; under load the pool keeps the loop free). Parameter ``idle_inline_execution_us`` (0: off).
-        self.idle_inline_ns = _inline_threshold_ns(
-            backends[0].config, "idle_inline_execution_us", _DEFAULT_IDLE_INLINE_US
-        )
+        self.idle_inline_ns = _inline_threshold_ns(config, "idle_inline_execution_us", _DEFAULT_IDLE_INLINE_US)
+        if not self._never_blocks:
+            self.inline_ns = self.idle_inline_ns = 0
         self._ewma_ns = float(10 * max(self.inline_ns, self.idle_inline_ns) + 1)
         self._closed = False
         self._pool = ThreadPoolExecutor(
             max_workers=threads or len(backends), thread_name_prefix=f"infer-{stats.name}"
         )
+
+    @property
+    def never_blocks(self) -> bool:
+        return self._never_blocks
+
+    @property
+    def pending(self) -> int:
+        return sum(w.queued for w in self._isolated)
+
+    def _pick(self) -> Backend:
+        """The next instance in turn, skipping worker processes that are restarting."""
+        backends = self.backends
+        if len(backends) == 1:
+            return backends[0]
+        for _ in range(len(backends)):
+            backend = backends[self._next % len(backends)]
+            self._next += 1
+            if not isinstance(backend, WorkerInstance) or backend.available:
+                return backend
+        return backend  # every one is down: its refusal says why
 
     def _run(self, inputs: Inputs) -> Outputs:
         self._enter()
@@ -233,19 +254,28 @@ class DirectScheduler(Scheduler):
         finally:
             self._leave()
 
-    def _execute(self, inputs: Inputs) -> Outputs:
-        backend = self.backends[self._next % len(self.backends)] if len(self.backends) > 1 else self.backends[0]
-        self._next += 1
-        results, input_ns, infer_ns, output_ns = execute_timed(backend, [inputs])
+    def _execute(self, inputs: Inputs, submitted_ns: int = 0) -> Outputs:
+        backend = self._pick()
+        executed = backend.execute_timed([inputs])
+        if submitted_ns:  # it waited for a thread of the pool
+            executed.queue_ns += time.perf_counter_ns() - submitted_ns - _executed_ns(executed)
+        return self._finish(executed, inputs)
+
+    def _finish(self, executed: Executed, inputs: Inputs) -> Outputs:
         # exponentially weighted execution time: decides whether the event loop may run the model itself
-        self._ewma_ns += (infer_ns - self._ewma_ns) * 0.1
-        result = results[0]
+        self._ewma_ns += (executed.infer_ns - self._ewma_ns) * 0.1
+        result = executed.results[0]
         if isinstance(result, ServelabError):
             raise result
-        self._observe_execution(request_rows(inputs, self.batched), 1, input_ns, infer_ns, output_ns)
+        self._observe_execution(
+            request_rows(inputs, self.batched), 1, executed.input_ns, executed.infer_ns, executed.output_ns
+        )
+        self._observe_queue(max(0, executed.queue_ns))
         return result
 
     async def _run_async(self, inputs: Inputs, parameters: dict[str, Any]) -> Outputs:
+        if self._all_workers:
+            return await self._run_worker(inputs)
         if self._ewma_ns < self.inline_ns:
             # A model this fast costs less than the hop to a worker thread and back: run it on the loop.
             return self._run(inputs)
@@ -264,18 +294,18 @@ class DirectScheduler(Scheduler):
         # for requests still queued in the pool (it used to close the pool under them: 500s mid-reload)
         self._enter()
         try:
-            return await self._in_pool(loop, inputs)
+            return await self._in_pool(loop, inputs, now)
         finally:
             self._leave()
             state[0] -= 1
 
-    async def _in_pool(self, loop: asyncio.AbstractEventLoop, inputs: Inputs) -> Outputs:
+    async def _in_pool(self, loop: asyncio.AbstractEventLoop, inputs: Inputs, submitted_ns: int) -> Outputs:
         """The pool's answer; Unavailable (never a RuntimeError or a stray cancellation) once it is closed."""
         gone = Unavailable(f"model '{self.stats.name}' version {self.stats.version} was unloaded; retry")
         if self._closed:
             raise gone
         try:
-            future = loop.run_in_executor(self._pool, self._execute, inputs)
+            future = loop.run_in_executor(self._pool, self._execute, inputs, submitted_ns)
         except RuntimeError:  # closed between the check and the submission (close runs in another thread)
             raise gone from None
         try:
@@ -286,6 +316,20 @@ class DirectScheduler(Scheduler):
                 raise gone from None  # the pool dropped it at close (past the drain timeout)
             raise
 
+    async def _run_worker(self, inputs: Inputs) -> Outputs:
+        backend = self._pick()
+        assert isinstance(backend, WorkerInstance)
+        self._enter()
+        try:
+            executed = await backend.execute_async([inputs])
+        finally:
+            self._leave()
+        return self._finish(executed, inputs)
+
     def close(self) -> None:
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _executed_ns(executed: Executed) -> int:
+    return executed.queue_ns + executed.input_ns + executed.infer_ns + executed.output_ns

@@ -5,8 +5,10 @@
 - metrics port: ``/metrics`` only. management port: TorchServe's management API.
 
 Start-up models load in a worker thread, so liveness answers while readiness is still false. SIGTERM
-or SIGINT stops accepting, lets in-flight requests finish (up to ``exit_timeout_s``), closes the
-registry (which drains every model) and returns; a second SIGINT forces the exit. Port 0 picks a
+or SIGINT stops accepting, lets in-flight requests finish, closes the registry (which drains every
+model) and returns, all within ``exit_timeout_s``: worker processes still busy at the end are killed,
+so a stuck python model cannot hold the exit. A second SIGINT forces the exit. A watchdog logs every
+stall of the event loop over 100 ms. Port 0 picks a
 free port; the bound ports are in :attr:`Server.ports`, logged, and printed as one line
 ``SERVELAB_PORTS {json}`` on stdout; ``SERVELAB_READY {"ready": bool}`` follows once the start-up
 models are loaded (or failed to).
@@ -31,15 +33,21 @@ from prometheus_client import CollectorRegistry
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.core.registry import ModelRegistry
+from servelab.core.workers import WorkerPool
 from servelab.frontends.auth import build_door, grpc_interceptors, grpc_server_credentials, http_ssl_options
 from servelab.frontends.http_protocol import bounded_protocol
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
+from servelab.frontends.watchdog import watch_loop
 from servelab.metrics import ServerMetrics
 from servelab.repository import ModelRepository
 
 __all__ = ["Server"]
 
 log = logging.getLogger("servelab.server")
+
+#: of exit_timeout_s, kept for unloading models and killing workers after the front-ends stopped
+_UNLOAD_SHARE = 0.25
+_UNLOAD_MAX_S = 2.0
 
 
 class _Uvicorn(uvicorn.Server):
@@ -81,6 +89,7 @@ class Server:
             max_tensor_elements=settings.limits.max_tensor_elements,
             drain_timeout_s=settings.exit_timeout_s,
             poll_secs=settings.repository_poll_secs,
+            workers=WorkerPool(settings.workers, settings.limits.request_timeout_s),
         )
         self.dataplane = DataPlane(
             self.registry,
@@ -117,10 +126,14 @@ class Server:
         await self._start_grpc()
         self._announce()
         loader = asyncio.create_task(self._load_startup_models())
+        watchdog = asyncio.create_task(watch_loop(), name="loop-watchdog")
         await self._stop.wait()
         log.info("stopping: no new connections; waiting up to %.0f s for in-flight requests",
                  self.settings.exit_timeout_s)
-        await self._shutdown(tasks, loader)
+        try:
+            await self._shutdown(tasks, loader)
+        finally:
+            watchdog.cancel()
 
     # ----- start -----
     def _uvicorn(self, app: Any) -> _Uvicorn:
@@ -133,7 +146,7 @@ class Server:
             lifespan="off",
             access_log=False,
             log_config=None,
-            timeout_graceful_shutdown=max(1, int(self.settings.exit_timeout_s)),
+            timeout_graceful_shutdown=self._frontend_grace_s(),  # type: ignore[arg-type]  # a float works
             timeout_keep_alive=limits.http_keep_alive_timeout_s,
             limit_concurrency=max_connections + 1,  # uvicorn counts the asking connection: 503 past the cap
             **self._ssl_options,
@@ -188,19 +201,31 @@ class Server:
         print("SERVELAB_READY " + json.dumps({"ready": self.dataplane.ready()}), flush=True, file=sys.stdout)
 
     # ----- stop -----
+    def _frontend_grace_s(self) -> float:
+        """How long front-ends wait for in-flight requests: exit_timeout_s less the unloading share."""
+        total = self.settings.exit_timeout_s
+        return max(0.0, total - min(_UNLOAD_MAX_S, total * _UNLOAD_SHARE))
+
     async def _shutdown(self, tasks: list[asyncio.Task[None]], loader: asyncio.Task[None]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.exit_timeout_s
         for u in self._uvicorns:
             u.should_exit = True
-        grace = self.settings.exit_timeout_s
         stops: list[Any] = list(tasks)
         if self._grpc is not None:
-            stops.append(self._grpc.stop(grace))
+            stops.append(self._grpc.stop(self._frontend_grace_s()))
         results = await asyncio.gather(*stops, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 log.error("a front-end failed while stopping: %r", result)
         if not loader.done():
             log.info("waiting for start-up model loading to finish before closing the registry")
-            await asyncio.gather(loader, return_exceptions=True)
-        await asyncio.to_thread(self.dataplane.close)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(loader), max(0.0, deadline - loop.time()))
+        left = max(0.0, deadline - loop.time())
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.dataplane.close, left), left + 1.0)
+        except TimeoutError:
+            log.error("models did not unload within exit_timeout_s: killing every worker process")
+        self.registry.workers.kill_all()
         log.info("servelab stopped")

@@ -74,6 +74,7 @@ class GraphSamplerBackend(Backend):
 
     kind = "graphsage_sampler"
     releases_gil = True  # the numba serial kernel runs nogil; gather is one numpy take
+    never_blocks = True  # compiled sampling, gathers and ONNX Runtime/OpenVINO layers: CPU work only, no I/O
 
     def load(self) -> None:
         graph_param = param(self.config, "graph_dir")

@@ -22,7 +22,7 @@ from servelab.errors import InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
 
 __all__ = [
-    "FEATURES", "HOLD", "ChildFailingBackend", "DoublingBackend", "GilBackend", "config", "context", "doubling",
+    "FEATURES", "HOLD", "DoublingBackend", "GilBackend", "LoadFailingBackend", "config", "context", "doubling",
     "rows", "stats",
 ]  # fmt: skip
 
@@ -113,16 +113,11 @@ class GilBackend(Backend):
         return {"y": x * 2.0, "pid": np.full((len(x), 1), os.getpid(), dtype=np.int64)}
 
 
-class ChildFailingBackend(GilBackend):
-    """Loads in the process that made it, fails to load in any other (a worker process)."""
-
-    def __init__(self, ctx: BackendContext) -> None:
-        super().__init__(ctx)
-        ctx.extra.setdefault("parent_pid", os.getpid())
+class LoadFailingBackend(GilBackend):
+    """Fails to load (in its worker process)."""
 
     def load(self) -> None:
-        if self.ctx.extra["parent_pid"] != os.getpid():
-            raise RuntimeError("cannot open the model file")
+        raise RuntimeError("cannot open the model file")
 
 
 def doubling(cfg: mc.ModelConfig, n: int = 1, gate: ThreadGate | None = None) -> list[DoublingBackend]:

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from servelab.backends.base import concat_rows, split_rows
 from servelab.core.batching import BatchPolicy, make_scheduler
 from servelab.core.batching._queue import Pending, RequestQueue
-from servelab.core.scheduling import execute_timed
 
 row_counts = st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=12)
 
@@ -40,7 +39,7 @@ def test_split_of_concat_returns_each_requests_rows(counts: list[int]) -> None:
 def test_timed_execution_returns_each_requests_answer(counts: list[int]) -> None:
     backend = doubling(config(max_batch_size=64))[0]
     requests = _requests(counts)
-    results, *_ = execute_timed(backend, requests)
+    results = backend.execute_timed(requests).results
     assert backend.calls == 1
     for request, result in zip(requests, results, strict=True):
         assert isinstance(result, dict)

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batching_testutil import HOLD, ChildFailingBackend, GilBackend, config, context, doubling, rows, stats
+from batching_testutil import (
+    HOLD,
+    DoublingBackend,
+    GilBackend,
+    LoadFailingBackend,
+    config,
+    context,
+    doubling,
+    rows,
+    stats,
+)
 
 from harness.data import weights
 from harness.gates import ThreadGate
@@ -18,9 +28,10 @@ from harness.models import XY, write_python_model
 from harness.repository import dense_model, write_config
 from servelab.backends.base import Backend
 from servelab.core.batching import DynamicBatcher, make_scheduler
-from servelab.core.scheduling import DirectScheduler, ProcessInstance
+from servelab.core.scheduling import DirectScheduler
+from servelab.core.workers import WorkerInstance, WorkerPool, runs_in_worker
 from servelab.engine import Engine
-from servelab.errors import InternalError
+from servelab.errors import InternalError, InvalidArgument
 
 
 def test_config_picks_the_scheduler() -> None:
@@ -57,15 +68,23 @@ def test_direct_scheduler_spreads_requests_over_instances() -> None:
     assert sum(b.calls for b in backends) == 4 and s.stats.execution_count == 4
 
 
+def _workers(cls: type[Backend], cfg: object, n: int) -> list[Backend]:
+    pool = WorkerPool()
+    workers = [pool.instance(context(cfg), cls) for _ in range(n)]  # type: ignore[arg-type]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.load()
+    return list(workers)
+
+
 def test_gil_holding_runtime_runs_in_worker_processes() -> None:
     cfg = config(4, delay_us=0)
     cfg.output.add(name="pid", data_type=cfg.input[0].data_type, dims=[1])
-    instances: list[Backend] = [GilBackend(context(cfg)) for _ in range(2)]
-    for b in instances:
-        b.load()
+    assert runs_in_worker(GilBackend, cfg)  # decided from the class and config, before building anything
+    instances = _workers(GilBackend, cfg, 2)
     s = make_scheduler(instances, stats(), cfg)
     try:
-        assert all(isinstance(b, ProcessInstance) for b in instances)  # replaced in place
         pids = {b.pid for b in instances}  # type: ignore[attr-defined]
         assert os.getpid() not in pids and len(pids) == 2
         xs = [rows(2, seed=i) for i in range(12)]
@@ -79,29 +98,35 @@ def test_gil_holding_runtime_runs_in_worker_processes() -> None:
         s.close()
         for b in instances:
             b.unload()
-    assert not any(b._process.is_alive() for b in instances)  # type: ignore[attr-defined]
+    assert all(b._proc.poll() is not None for b in instances)  # type: ignore[attr-defined]
 
 
 def test_instance_mode_thread_keeps_gil_runtimes_in_process() -> None:
     cfg = config(4, params={"instance_mode": "thread"})
     cfg.output.add(name="pid", data_type=cfg.input[0].data_type, dims=[1])
+    assert not runs_in_worker(GilBackend, cfg)
     instances: list[Backend] = [GilBackend(context(cfg))]
     instances[0].load()
     s = make_scheduler(instances, stats(), cfg)
     try:
-        assert isinstance(instances[0], GilBackend)
         assert int(s.run({"x": rows(1)})["pid"][0, 0]) == os.getpid()
     finally:
         s.close()
 
 
+def test_instance_mode_process_isolates_any_runtime_and_a_bad_mode_is_refused() -> None:
+    assert not runs_in_worker(DoublingBackend, config(4))
+    assert runs_in_worker(DoublingBackend, config(4, params={"instance_mode": "process"}))
+    with pytest.raises(InvalidArgument, match="instance_mode' must be one of"):
+        runs_in_worker(GilBackend, config(4, params={"instance_mode": "fork"}))
+
+
 def test_a_worker_that_fails_to_load_fails_the_load() -> None:
     cfg = config(4)
-    parent = ChildFailingBackend(context(cfg))
-    parent.load()  # loads here, fails in the worker process
-    instances: list[Backend] = [parent]
-    with pytest.raises(InternalError, match="failed to load in its worker process: RuntimeError"):
-        make_scheduler(instances, stats(), cfg)
+    worker = WorkerPool().instance(context(cfg), LoadFailingBackend)
+    with pytest.raises(InternalError, match="failed to load in its worker process: RuntimeError: cannot open"):
+        worker.load()
+    assert worker._proc is not None and worker._proc.poll() is not None
 
 
 def _repo(root: Path, body: str) -> np.ndarray:
@@ -152,10 +177,10 @@ def test_python_backend_instances_run_in_worker_processes(tmp_path: Path) -> Non
     )
     with Engine(tmp_path) as engine:
         lv = engine.dataplane.registry.get("py")
-        assert all(isinstance(b, ProcessInstance) for b in lv.instances)
-        workers = [b for b in lv.instances if isinstance(b, ProcessInstance)]
+        workers = [b for b in lv.instances if isinstance(b, WorkerInstance)]
+        assert len(workers) == len(lv.instances) == 2
         outs = [engine.infer("py", {"x": rows(2, seed=i)}) for i in range(4)]
         for i, out in enumerate(outs):
             np.testing.assert_array_equal(out["y"], 2 * rows(2, seed=i))
         assert {int(o["pid"][0, 0]) for o in outs} == {b.pid for b in workers}
-    assert not any(b._process.is_alive() for b in workers)
+    assert all(b._proc is not None and b._proc.poll() is not None for b in workers)

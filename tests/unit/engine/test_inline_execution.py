@@ -1,4 +1,5 @@
-"""DirectScheduler runs fast models on the event loop and slow or contended ones on its worker thread."""
+"""DirectScheduler runs fast models on the event loop and slow or contended ones on its worker thread;
+only backends that declare ``never_blocks`` ever run on the loop."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from servelab.protocol import model_config_pb2 as mc
 
 class _Recorder(Backend):
     kind = "recorder"
+    never_blocks = True
 
     def load(self) -> None:
         self.threads: list[str] = []
@@ -29,11 +31,17 @@ class _Recorder(Backend):
         return {"y": inputs["x"]}
 
 
-def _scheduler(tmp_path: Path, **params: str) -> tuple[DirectScheduler, _Recorder]:
+class _MayBlock(_Recorder):
+    """Same runtime, but it does not promise never to block (like a python model)."""
+
+    never_blocks = False
+
+
+def _scheduler(tmp_path: Path, cls: type[_Recorder] = _Recorder, **params: str) -> tuple[DirectScheduler, _Recorder]:
     config = mc.ModelConfig(name="m", max_batch_size=0)
     for key, value in params.items():
         config.parameters[key].string_value = value
-    backend = _Recorder(BackendContext("m", 1, tmp_path, config))
+    backend = cls(BackendContext("m", 1, tmp_path, config))
     backend.load()
     return DirectScheduler([backend], ModelStats("m", 1)), backend
 
@@ -62,6 +70,22 @@ def test_fast_model_moves_onto_the_loop_once_measured(tmp_path: Path) -> None:
     loop_thread = _drive(scheduler, 80)
     assert backend.threads[0] != loop_thread  # unmeasured: the worker thread first
     assert backend.threads[-1] == loop_thread  # measured fast: inline
+
+
+def test_a_backend_that_may_block_never_runs_on_the_loop(tmp_path: Path) -> None:
+    scheduler, backend = _scheduler(tmp_path, _MayBlock)
+    x = {"x": np.zeros(1, np.float32)}
+
+    async def drive() -> str:
+        for _ in range(80):  # fast and idle: a never_blocks backend would be inline by now
+            await scheduler.run_async(x)
+            await asyncio.sleep(0.001)
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(drive())
+    assert backend.threads and loop_thread not in backend.threads
+    assert scheduler.inline_ns == scheduler.idle_inline_ns == 0
+    scheduler.close()
 
 
 def test_slow_model_stays_on_the_worker(tmp_path: Path) -> None:

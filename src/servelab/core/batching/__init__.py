@@ -3,7 +3,7 @@ that gives each loaded version its scheduler."""
 
 from servelab.core.batching._policy import DEFAULT_MAX_QUEUE_SIZE, BatchPolicy, QueuePolicy
 from servelab.core.batching.batcher import DynamicBatcher
-from servelab.core.batching.factory import make_scheduler, scheduler_factory, wants_processes
+from servelab.core.batching.factory import make_scheduler, scheduler_factory
 
 __all__ = [
     "DEFAULT_MAX_QUEUE_SIZE",
@@ -12,5 +12,4 @@ __all__ = [
     "QueuePolicy",
     "make_scheduler",
     "scheduler_factory",
-    "wants_processes",
 ]

@@ -28,12 +28,13 @@ import threading
 import time
 from typing import Any
 
-from servelab.backends.base import Backend, Inputs, Outputs
+from servelab.backends.base import Backend, Executed, Inputs, Outputs
 from servelab.core.batching._policy import BatchPolicy
 from servelab.core.batching._queue import Pending, RequestQueue
 from servelab.core.cache import ResponseCache
-from servelab.core.scheduling import Scheduler, execute_timed, request_rows
+from servelab.core.scheduling import Scheduler, request_rows
 from servelab.core.stats import ModelStats
+from servelab.core.workers import WorkerInstance
 from servelab.errors import InternalError, InvalidArgument, ServelabError, Unavailable
 from servelab.protocol import model_config_pb2 as mc
 
@@ -171,6 +172,9 @@ class DynamicBatcher(Scheduler):
     # ----- forming and executing -----
     def _work(self, backend: Backend) -> None:
         while True:
+            if isinstance(backend, WorkerInstance):  # a restarting worker forms no batch: others may
+                while not (self._closed or backend.closed or backend.wait_available(0.5)):
+                    pass
             with self._form:
                 formed = self._next_batch()
             if formed is None:
@@ -211,21 +215,19 @@ class DynamicBatcher(Scheduler):
     def _execute(self, backend: Backend, seq: int, batch: list[Pending]) -> None:
         start = time.perf_counter_ns()
         try:
-            results, input_ns, infer_ns, output_ns = execute_timed(backend, [p.inputs for p in batch])
+            executed = backend.execute_timed([p.inputs for p in batch])
+            results = executed.results
             if len(results) != len(batch):
                 raise InternalError(f"backend returned {len(results)} results for {len(batch)} requests")
         except Exception as exc:  # never let a worker thread die
             err = exc if isinstance(exc, ServelabError) else InternalError(f"batch failed: {exc}")
-            results, input_ns, infer_ns, output_ns = [err] * len(batch), 0, 0, 0
+            executed = Executed([err] * len(batch))
+            results = executed.results
         rows = sum(p.rows for p in batch)
-        self._observe_execution(rows, len(batch), input_ns, infer_ns, output_ns)
-        queue_hist = self.histograms.queue
+        self._observe_execution(rows, len(batch), executed.input_ns, executed.infer_ns, executed.output_ns)
         for p, result in zip(batch, results, strict=True):
-            if isinstance(result, ServelabError):
-                continue  # Triton counts queue time of successful requests only
-            queue_ns = start - p.enqueue_ns
-            queue_hist.observe(queue_ns / 1e9)
-            self.stats.record_queue(queue_ns)
+            if not isinstance(result, ServelabError):  # the queue, then waiting for a busy worker
+                self._observe_queue(start - p.enqueue_ns + executed.queue_ns)
         self._hand_back(seq, list(zip(batch, results, strict=True)))
 
     def _hand_back(self, seq: int, answered: list[tuple[Pending, Result]]) -> None:

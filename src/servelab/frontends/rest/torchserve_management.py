@@ -2,7 +2,9 @@
 
 Models are registered from the model repository by name (``url`` is the folder name there, with or
 without ``.mar``; no URL is fetched, and ``model_name`` may only repeat that name); "workers"
-are instances: ``initial_workers`` / ``min_worker`` reload the model with that many instances.
+are instances: ``initial_workers`` / ``min_worker`` reload the model with that many instances, at most
+``workers.max_workers_per_model`` (settings) so that no request can start an unbounded number of
+processes.
 Errors are TorchServe's ``{"code": int, "type": str, "message": str}``.
 """
 
@@ -16,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from servelab.errors import AlreadyExists, InvalidArgument, NotFound
-from servelab.frontends.rest._common import dataplane, in_thread, json_response
+from servelab.frontends.rest._common import dataplane, in_thread, json_response, settings
 from servelab.protocol import model_config_pb2 as mc
 from servelab.trust import check_model_name
 
@@ -99,6 +101,15 @@ async def describe(request: Request) -> Response:
     return json_response([_describe_one(request, name, version)])
 
 
+def _check_cap(request: Request, key: str, workers: int) -> None:
+    cap = settings(request).workers.max_workers_per_model
+    if workers > cap:
+        raise InvalidArgument(
+            f"{key}={workers} is more than the {cap} workers a model may have "
+            "(settings workers.max_workers_per_model)"
+        )
+
+
 async def _reload_with_workers(request: Request, name: str, workers: int) -> None:
     dp = dataplane(request)
     config = mc.ModelConfig()
@@ -132,7 +143,8 @@ def _register_name(url: str | None, model_name: str | None) -> str:
 
 async def register(request: Request) -> Response:
     name = _register_name(request.query_params.get("url"), request.query_params.get("model_name"))
-    workers = _int_query(request, "initial_workers", 0)
+    workers = _int_query(request, "initial_workers", 0) or 0
+    _check_cap(request, "initial_workers", workers)
     if name in _registered(request):
         raise AlreadyExists(f"Model {name} is already registered.")
     dp = dataplane(request)
@@ -149,11 +161,14 @@ async def scale(request: Request) -> Response:
     _require_registered(request, name)
     if request.path_params.get("version"):
         dataplane(request).model_metadata(name, request.path_params["version"])
-    workers = _int_query(request, "min_worker", None)
+    key = "min_worker"
+    workers = _int_query(request, key, None)
     if workers is None:
-        workers = _int_query(request, "max_worker", None)
+        key = "max_worker"
+        workers = _int_query(request, key, None)
     if not workers:
         raise InvalidArgument("scale: give min_worker (an integer >= 1)")
+    _check_cap(request, key, workers)
     await _reload_with_workers(request, name, workers)
     return json_response({"status": f"Workers scaled to {workers} for model: {name}"})
 

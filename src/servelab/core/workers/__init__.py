@@ -1,0 +1,14 @@
+"""Model instances in worker processes: the python backend, and any model with ``instance_mode: process``.
+
+A worker is a program of its own (``python -m servelab.core.workers``), never a re-run of the
+server's ``__main__``; it loads its instance once. Headers cross a socket pair, tensors cross in
+shared memory (:mod:`._channel`, :mod:`._arena`). The server's side (:class:`WorkerInstance`)
+queues requests (queue time), enforces the request deadline, kills a worker stuck past the kill
+deadline and restarts a dead one with backoff; :class:`WorkerPool` holds a registry's workers and
+:func:`runs_in_worker` decides thread or process before anything is built.
+"""
+
+from servelab.core.workers.instance import WorkerHost, WorkerInstance
+from servelab.core.workers.pool import WorkerPool, runs_in_worker
+
+__all__ = ["WorkerHost", "WorkerInstance", "WorkerPool", "runs_in_worker"]

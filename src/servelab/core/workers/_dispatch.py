@@ -1,0 +1,389 @@
+"""The request side of a worker instance: its queue, the running request, and reading the channel.
+
+Requests queue here (queue time) and go to the worker one execution at a time. The waiter of the
+running request reads the worker's socket itself, so no thread hop lies on the way back: a thread
+in :meth:`Dispatcher.execute_timed`, or the event loop (``add_reader``) for
+:meth:`Dispatcher.execute_async`. Whoever reads a result starts the next request and hands the
+reading to that request's waiter. A call from the worker into the server (``ctx.infer`` in the
+worker, Triton's BLS) goes to a thread pool that answers it while the request still runs. When no
+waiter reads while a request runs (its waiter was answered at the deadline), the supervisor does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.backends.base import Executed, InferFn, Inputs, Outputs
+from servelab.core.workers._channel import (
+    CALL,
+    CALL_RESULT,
+    EXECUTE,
+    RESULT,
+    Channel,
+    Put,
+    error_entry,
+    error_from,
+)
+from servelab.errors import InternalError, ServelabError, Unavailable, Unsupported
+
+__all__ = ["Dispatcher", "Ticket"]
+
+log = logging.getLogger("servelab.workers")
+
+TICK_S = 0.1  #: how often waiters (and the supervisor) look again when nothing happens
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """One execution asked of the worker, and who waits for it."""
+
+    id: int
+    requests: list[Inputs]
+    enqueued_ns: int
+    deliver: Callable[[Executed], None]
+    loop: asyncio.AbstractEventLoop | None = None  # an async waiter reads on this loop
+    woken: _Latch | None = None  # a sync waiter: told to read, or that it is answered
+    executed: Executed | None = None
+    started_ns: int = 0
+    sent_ns: int = 0
+    input_ns: int = 0
+    answered: bool = False
+    cancelled: bool = False
+
+
+class Dispatcher:
+    """Queue and running request of one worker; ``state`` READY lets requests through.
+
+    The supervisor owns ``channel`` and ``state`` (under ``lock``), ``kill`` and ``wake`` reach it.
+    """
+
+    def __init__(self, label: str, infer: InferFn | None, calls: Callable[[], Executor],
+                 kill: Callable[[str], None], wake: Callable[[], None]) -> None:
+        self.label = label
+        self._infer = infer
+        self._calls = calls
+        self._kill = kill
+        self._wake = wake
+        self.lock = threading.Lock()
+        self.up = threading.Condition(self.lock)
+        self._recv_lock = threading.Lock()
+        self.queue: deque[Ticket] = deque()
+        self.active: Ticket | None = None
+        self.reader: Ticket | None = None  # whose waiter reads now; None while active: the supervisor
+        self.state = "STARTING"
+        self.down_reason = "starting"
+        self.channel: Channel | None = None
+        self.eof: Channel | None = None  # a channel some reader saw closed
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop watching the socket, if any
+        self._loop_channel: Channel | None = None
+        self._loop_fd = -1
+
+    # ----- requests -----
+    def execute_timed(self, requests: list[Inputs]) -> Executed:
+        """Run ``requests`` in the worker; this thread reads the answer when it is its turn."""
+        woken = _Latch()
+        ticket = Ticket(next(self._ids), requests, time.perf_counter_ns(), woken.set, woken=woken)
+        self.submit(ticket)
+        self._wait(ticket)
+        assert ticket.executed is not None
+        return ticket.executed
+
+    async def execute_async(self, requests: list[Inputs]) -> Executed:
+        """Like execute_timed without a thread: this event loop reads the worker's answer."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Executed] = loop.create_future()
+        ticket = Ticket(next(self._ids), requests, time.perf_counter_ns(),
+                        lambda e: _settle_on(loop, future, e), loop=loop)
+        self.submit(ticket)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            ticket.cancelled = True  # a queued one is skipped; a running one's answer is dropped
+            raise
+
+    def submit(self, ticket: Ticket) -> None:
+        claimed = refused = None
+        with self.lock:
+            if self.state == "READY":
+                self.queue.append(ticket)
+                claimed = self.claim()
+            elif self.state == "CLOSED":
+                refused = Unavailable(f"{self.label} is unloading")
+            else:
+                refused = Unavailable(f"{self.label} is not ready: {self.down_reason}")
+        if refused is not None:
+            self.fail([ticket], refused)
+        elif claimed is not None:
+            self.start(claimed)
+
+    def claim(self) -> Ticket | None:
+        """Under the lock: the next live queued ticket runs (and its waiter reads), if the worker is free."""
+        if self.active is not None or self.state != "READY":
+            return None
+        while self.queue:
+            ticket = self.queue.popleft()
+            if not (ticket.cancelled or ticket.answered):
+                ticket.started_ns = time.perf_counter_ns()
+                self.active = self.reader = ticket
+                return ticket
+        return None
+
+    def start(self, ticket: Ticket) -> None:
+        """Send a claimed ticket to the worker and hand the reading to its waiter."""
+        channel = self.channel
+        assert channel is not None
+
+        def body(put: Put) -> list[Any]:
+            descriptors = [put(r) for r in ticket.requests]
+            ticket.sent_ns = time.perf_counter_ns()
+            ticket.input_ns = ticket.sent_ns - ticket.started_ns
+            return descriptors
+
+        try:
+            channel.send(EXECUTE, ticket.id, build=body, owner=ticket.id)
+        except OSError:
+            pass  # the worker is gone: the supervisor fails the ticket
+        except Exception as exc:  # e.g. a tensor that cannot cross: fail it, run the next one
+            channel.release(ticket.id)
+            with self.lock:
+                if self.active is ticket:
+                    self.active = self.reader = None
+                following = self.claim()
+            self.fail([ticket], exc if isinstance(exc, ServelabError) else InternalError(str(exc)))
+            if following is not None:
+                self.start(following)
+            return
+        self._hand_reading(ticket)
+
+    def answer(self, ticket: Ticket, executed: Executed) -> None:
+        with self.lock:
+            if ticket.answered:
+                return
+            ticket.answered, ticket.executed = True, executed
+        ticket.deliver(executed)
+
+    def fail(self, tickets: list[Ticket], error: ServelabError) -> None:
+        for t in tickets:
+            self.answer(t, Executed([error] * len(t.requests)))
+
+    def drain_queue(self) -> list[Ticket]:
+        out = [t for t in self.queue if not t.answered]
+        self.queue.clear()
+        return out
+
+    # ----- reading: by the running request's waiter -----
+    def _wait(self, ticket: Ticket) -> None:
+        """A sync waiter: read the socket while it is this ticket's turn, else wait to be woken."""
+        woken = ticket.woken
+        assert woken is not None
+        while True:
+            woken.clear()
+            if ticket.answered:
+                break
+            channel = self.channel
+            if self.reader is ticket and channel is not None and self.eof is not channel:
+                if channel.readable(TICK_S) and not self.read_ready(channel):
+                    self._on_eof(channel)
+                continue
+            woken.wait(TICK_S)
+        with self.lock:  # answered at the deadline while still running: the supervisor reads on
+            orphaned = self.reader is ticket
+            if orphaned:
+                self.reader = None
+        if orphaned:
+            self._wake()
+
+    def _hand_reading(self, ticket: Ticket) -> None:
+        loop = ticket.loop
+        if loop is None:
+            if ticket.woken is not None:
+                ticket.woken.set()
+            return
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:
+            self._watch_on_loop(ticket)
+            return
+        try:
+            loop.call_soon_threadsafe(self._watch_on_loop, ticket)
+        except RuntimeError:  # that loop has closed: the supervisor reads
+            with self.lock:
+                if self.reader is ticket:
+                    self.reader = None
+            self._wake()
+
+    def _watch_on_loop(self, ticket: Ticket) -> None:
+        """In the ticket's loop: watch the socket (if it is still this ticket's turn)."""
+        channel = self.channel
+        if self.reader is not ticket or channel is None or self.eof is channel:
+            return
+        if self._loop_channel is channel and self._loop is ticket.loop:
+            return  # already watching
+        self._unwatch_loop()
+        assert ticket.loop is not None
+        self._loop, self._loop_channel, self._loop_fd = ticket.loop, channel, channel.sock.fileno()
+        ticket.loop.add_reader(self._loop_fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        channel = self._loop_channel
+        if channel is None:
+            return
+        if not self.read_ready(channel):
+            self._unwatch_loop()
+            self._on_eof(channel)
+            return
+        reader = self.reader
+        if reader is None or reader.loop is not self._loop:
+            self._unwatch_loop()
+
+    def _unwatch_loop(self) -> None:
+        if self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._loop_fd)
+        self._loop, self._loop_channel, self._loop_fd = None, None, -1
+
+    def read_ready(self, channel: Channel) -> bool:
+        """Handle the message waiting on ``channel`` (one: poll says when there is another);
+        False when the worker's end has closed."""
+        with self._recv_lock:
+            try:
+                message = channel.recv_ready()
+            except (EOFError, OSError, ValueError):
+                return False
+            if message is None:
+                return True
+            kind, msg_id, body = message
+            try:
+                if kind == RESULT:
+                    self._result(channel, msg_id, body)
+                elif kind == CALL:
+                    self._call(channel, msg_id, body)
+                else:
+                    raise ValueError(f"unexpected message kind {kind}")
+            except Exception:  # whoever reads must survive a worker that breaks the protocol
+                log.exception("%s: bad message from the worker: killing it", self.label)
+                self._kill("broke the channel protocol")
+                return False
+            return True
+
+    def _on_eof(self, channel: Channel) -> None:
+        self.eof = channel
+        self._wake()  # the supervisor makes sure the process is gone
+
+    def _result(self, channel: Channel, msg_id: int, body: Any) -> None:
+        received_ns = time.perf_counter_ns()
+        entries, child_input_ns, _, child_output_ns = body
+        results: list[Outputs | ServelabError] = [
+            channel.arrays(e[1], copy=True) if e[0] == 0 else error_from(e[1], e[2]) for e in entries
+        ]
+        channel.done_reading()
+        channel.release(msg_id)
+        copy_ns = time.perf_counter_ns() - received_ns
+        with self.lock:
+            ticket = self.active
+            if ticket is None or ticket.id != msg_id:
+                return
+            self.active = self.reader = None
+            following = self.claim()
+            answered, ticket.answered = ticket.answered, True
+            if not answered:
+                ticket.executed = Executed(
+                    results,
+                    input_ns=ticket.input_ns + child_input_ns,
+                    infer_ns=max(0, received_ns - ticket.sent_ns - child_input_ns - child_output_ns),
+                    output_ns=child_output_ns + copy_ns,
+                    queue_ns=ticket.started_ns - ticket.enqueued_ns,
+                )
+        if following is not None:
+            self.start(following)  # keep the worker busy before handing this answer back
+        if not answered and ticket.executed is not None:
+            ticket.deliver(ticket.executed)
+
+    def _call(self, channel: Channel, call_id: int, body: Any) -> None:
+        owner, model, version, descriptors = body
+        inputs = channel.arrays(descriptors, copy=True)
+        try:
+            self._calls().submit(self._answer_call, channel, call_id, owner, model, version, inputs)
+        except RuntimeError:  # the server is shutting down
+            with contextlib.suppress(OSError):
+                channel.send(CALL_RESULT, call_id, error_entry(Unavailable("the server is shutting down")))
+
+    def _answer_call(self, channel: Channel, call_id: int, owner: int, model: str, version: str,
+                     inputs: Inputs) -> None:
+        """Run a worker's call through the server's data plane and send the answer back."""
+        try:
+            if self._infer is None:
+                raise Unsupported(f"{self.label}: this server takes no calls to other models from workers")
+            outputs = self._infer(model, version, inputs)
+            channel.send(CALL_RESULT, call_id, build=lambda put: (0, put(outputs)), owner=owner)
+        except OSError:
+            return  # the worker went away meanwhile
+        except Exception as exc:
+            with contextlib.suppress(OSError):
+                channel.send(CALL_RESULT, call_id, error_entry(exc))
+
+    def retire(self, channel: Channel) -> None:
+        """Close a dead worker's channel; in the loop watching it, if one does (it must unwatch first)."""
+        loop = self._loop
+        if loop is not None and self._loop_channel is channel:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._retire_on_loop, channel)
+                return
+        channel.close()
+
+    def _retire_on_loop(self, channel: Channel) -> None:
+        if self._loop_channel is channel:
+            self._unwatch_loop()
+        channel.close()
+
+
+class _Latch:
+    """A one-bit signal a thread waits on with a timeout (a bare lock: cheaper than an Event)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self, _: object = None) -> None:
+        with contextlib.suppress(RuntimeError):  # already set
+            self._lock.release()
+
+    def clear(self) -> None:
+        self._lock.acquire(blocking=False)
+
+    def wait(self, timeout_s: float) -> None:
+        if self._lock.acquire(timeout=timeout_s):
+            self._lock.release()
+
+
+def _settle_on(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Executed], executed: Executed) -> None:
+    """Resolve ``future`` from any thread: directly when already in its loop (the loop read the answer)."""
+    try:
+        here = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        here = False
+    if here:
+        _settle(future, executed)
+        return
+    with contextlib.suppress(RuntimeError):  # the loop has closed
+        loop.call_soon_threadsafe(_settle, future, executed)
+
+
+def _settle(future: asyncio.Future[Executed], executed: Executed) -> None:
+    if not future.done():
+        future.set_result(executed)

@@ -1,0 +1,83 @@
+"""Backends the worker-process tests run in real workers (a worker imports them by name: this folder
+is on the server's sys.path, which the worker inherits)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
+from servelab.config.settings import WorkerSettings
+from servelab.core.workers import WorkerInstance, WorkerPool
+from servelab.errors import InvalidArgument
+from servelab.protocol import model_config_pb2 as mc
+
+
+class EchoBackend(Backend):
+    """Returns every input as the output of the same name (holds the GIL: a worker by default)."""
+
+    kind: ClassVar[str] = "echo"
+    releases_gil: ClassVar[bool] = False
+
+    def load(self) -> None:
+        pass
+
+    def infer(self, inputs: Inputs) -> Outputs:
+        if "BAD" in inputs:
+            raise InvalidArgument("input BAD is refused")
+        return {name: np.array(a, copy=True) for name, a in inputs.items()}
+
+
+class SleepBackend(Backend):
+    """Sleeps ``x[0]`` seconds, then answers y = x and its pid: a slow or (for 1e6 s) hung model."""
+
+    kind: ClassVar[str] = "sleep"
+    releases_gil: ClassVar[bool] = False
+
+    def load(self) -> None:
+        pass
+
+    def infer(self, inputs: Inputs) -> Outputs:
+        x = inputs["x"]
+        time.sleep(float(x.reshape(-1)[0]))
+        return {"y": x.copy(), "pid": np.array([os.getpid()], np.int64)}
+
+
+class CallingBackend(Backend):
+    """Asks the server (``ctx.infer``) to run model ``inner`` on its input, as a BLS model would."""
+
+    kind: ClassVar[str] = "calling"
+    releases_gil: ClassVar[bool] = False
+
+    def load(self) -> None:
+        assert self.ctx.infer is not None, "a worker's context has the server's infer"
+
+    def infer(self, inputs: Inputs) -> Outputs:
+        assert self.ctx.infer is not None
+        inner = self.ctx.infer("inner", "", {"x": inputs["x"]})
+        return {"y": inner["y"] + 1, "pid": np.array([os.getpid()], np.int64), "inner_pid": inner["pid"]}
+
+
+def config(name: str = "m", max_batch_size: int = 0) -> mc.ModelConfig:
+    return mc.ModelConfig(name=name, max_batch_size=max_batch_size)
+
+
+def start_worker(
+    cls: type[Backend],
+    *,
+    cfg: mc.ModelConfig | None = None,
+    timeout_s: float = 60.0,
+    infer: object = None,
+    **settings: float,
+) -> WorkerInstance:
+    """One loaded worker instance of ``cls`` (close it when done)."""
+    cfg = cfg or config()
+    pool = WorkerPool(WorkerSettings(**settings), timeout_s)  # type: ignore[arg-type]
+    ctx = BackendContext(cfg.name, 1, Path("."), cfg, 1, infer)  # type: ignore[arg-type]
+    worker = pool.instance(ctx, cls)
+    worker.load()
+    return worker
