@@ -10,8 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batching_testutil import linear_onnx
 
+from harness.data import weights
+from harness.models import XY
+from harness.repository import dense_model
 from servelab.config.settings import ControlMode, WorkerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.core.registry import ModelRegistry
@@ -49,11 +51,7 @@ def _python_model(repo: Path, name: str, count: int = 1) -> Path:
 
 
 def _onnx_model(repo: Path, name: str) -> None:
-    linear_onnx(repo / name / "1" / "model.onnx", features_out=4)
-    (repo / name / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
-        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\noutput [{ name: "y" data_type: TYPE_FP32 dims: [4] }]\n'
-    )
+    dense_model(repo, name, weights(4, 4), io=XY)
 
 
 def _ensemble(repo: Path, name: str, first: str, second: str) -> None:
