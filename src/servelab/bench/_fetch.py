@@ -22,10 +22,14 @@ from pathlib import Path
 
 from servelab.errors import Unavailable
 
-__all__ = ["UnpackedInstall"]
+__all__ = ["DownloadFailed", "UnpackedInstall"]
 
 _STAMP = ".servelab-installed"
 _NOISE = ("is ignored: it is neither",)  # pip's warnings about absent local indexes in its config
+
+
+class DownloadFailed(Unavailable):
+    """A download step failed (no registry, no network, an unknown pin): the install cannot happen here."""
 
 
 class UnpackedInstall:
@@ -79,10 +83,12 @@ class UnpackedInstall:
         if rc != 0:
             lines = self.log.read_text(errors="replace").splitlines()[-30:]
             tail = "\n".join(line for line in lines if not any(n in line for n in _NOISE))
-            hint = " (is the package registry reachable?)" if "download" in argv or "install" in argv else ""
-            raise Unavailable(
-                f"could not install {self.name}: `{' '.join(argv[:4])} ...` exited {rc}{hint}. "
-                f"Full log: {self.log}\n{tail[-1500:]}"
+            download = "download" in argv or "install" in argv or "update" in argv
+            error = DownloadFailed if download else Unavailable
+            raise error(
+                f"could not install {self.name}: `{' '.join(argv[:4])} ...` exited {rc}"
+                + (" (is the package registry reachable?)" if download else "")
+                + f". Full log: {self.log}\n{tail[-1500:]}"
             )
 
     def pip_download(self, requirement: str) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -100,7 +101,7 @@ def windows_from_export(doc: dict[str, Any], level: float, batch_size: int = 1) 
     done = np.array([r["response_timestamps"][-1] for r in requests if r.get("response_timestamps")], dtype=np.int64)
     bounds = [int(b) for b in exp.get("window_boundaries", [])]
     windows = []
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         inside = (sent >= lo) & (done <= hi)
         window = WindowStats((hi - lo) / 1e9, batch_size=batch_size)
         window.histogram.record_many((done[inside] - sent[inside]) / 1e9)

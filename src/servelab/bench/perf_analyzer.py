@@ -45,14 +45,17 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True, slots=True)
 class PerfAnalyzerOptions:
-    """perf_analyzer's own knobs beyond the LoadSpec (which gives windows, stability and levels)."""
+    """perf_analyzer's own knobs beyond the LoadSpec (which gives windows, stability and levels).
 
-    percentile: int = 99
+    ``percentile`` is the latency perf_analyzer stabilises on and prints first (None: its average latency,
+    far steadier on a busy machine); the CSV carries P50-P99 either way."""
+
+    percentile: int | None = 99
     async_mode: bool = False
     extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not 1 <= self.percentile <= 99:
+        if self.percentile is not None and not 1 <= self.percentile <= 99:
             raise InvalidArgument(f"perf_analyzer --percentile must be 1..99, got {self.percentile}")
 
 
@@ -94,7 +97,7 @@ def _load_args(load: LoadSpec, level: float) -> list[str]:
         args += ["--measurement-mode", "count_windows", "--measurement-request-count", str(load.window_requests)]
     else:
         args += ["--measurement-interval", str(load.measurement_interval_ms)]
-    return args + ["-s", f"{load.stability_percentage:g}", "-r", str(load.max_windows)]
+    return [*args, "-s", f"{load.stability_percentage:g}", "-r", str(load.max_windows)]
 
 
 class PerfAnalyzer:
@@ -134,7 +137,9 @@ class PerfAnalyzer:
     def argv(self, target: TargetSpec, model: str, load: LoadSpec, inputs: InputSpec, level: float) -> list[str]:
         url, protocol = _address(target)
         opts = self.options
-        args = [str(self.binary), "-m", model, "-u", url, "-i", protocol, f"--percentile={opts.percentile}"]
+        args = [str(self.binary), "-m", model, "-u", url, "-i", protocol]
+        if opts.percentile is not None:
+            args.append(f"--percentile={opts.percentile}")
         if target.model_version:
             args += ["-x", target.model_version]
         if target.kind == "oip-http" and not target.binary:
@@ -153,8 +158,7 @@ class PerfAnalyzer:
             argv += ["-f", str(csv_path), "--profile-export-file", str(export_path)]
             rc, rss = self._run(argv, log_path, target.server_pid, load.max_level_s + 60.0)
             if rc != 0 or not csv_path.is_file():
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-6:])
-                return replace(empty, failures=[f"perf_analyzer exited {rc}: {tail}"]), None
+                return replace(empty, failures=[self._failure(rc, log_path.read_text(errors="replace"), load)]), None
             reported = next((r for r in parse_csv(csv_path.read_text()) if r.level == level), None)
             doc = json.loads(export_path.read_text())
         if reported is None:
@@ -166,6 +170,18 @@ class PerfAnalyzer:
             stable=True, sent=sent, server=server_split(reported), server_rss_mb=max(rss) / 2**20 if rss else None,
         )  # fmt: skip
         return result, reported
+
+    def _failure(self, rc: int, log: str, load: LoadSpec) -> str:
+        if "Failed to obtain stable measurement" in log:
+            latency = "average" if self.options.percentile is None else f"P{self.options.percentile}"
+            window = f"{load.window_requests} requests" if load.window_requests else f"{load.measurement_interval_ms} ms"
+            return (
+                f"perf_analyzer found no stable measurement in {load.max_windows} windows of {window} (it needs its "
+                f"last 3 windows to agree within {load.stability_percentage:g}% in throughput and "
+                f"{latency} latency) and reports nothing then: give longer or more windows, "
+                "or a larger stability percentage"
+            )
+        return f"perf_analyzer exited {rc}: " + " | ".join(log.strip().splitlines()[-4:])
 
     def _run(self, argv: list[str], log: Path, pid: int | None, timeout_s: float) -> tuple[int, list[int]]:
         """Run to the end, sampling the server's RSS while it measures; (exit status, RSS samples)."""

@@ -53,7 +53,7 @@ class TritonPythonModel:
         return feeds
 
     def _respond(self, arrays):
-        tensors = [pb_utils.Tensor(n, np.ascontiguousarray(a)) for n, a in zip(self.outputs, arrays)]
+        tensors = [pb_utils.Tensor(n, np.ascontiguousarray(a)) for n, a in zip(self.outputs, arrays, strict=True)]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests):

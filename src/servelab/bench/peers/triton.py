@@ -111,7 +111,7 @@ class TritonPeer(Peer):
     def prepare(self, artefacts: ModelArtefacts) -> None:
         """Lay out one model: its python folder as it is, else a python model around its ONNX file."""
         if artefacts.python_model is not None:
-            self.add_python_model(artefacts.python_model, artefacts.name)
+            self.add_python_model(artefacts.python_model)
         elif artefacts.onnx is not None:
             write_onnx_runner(
                 self.repository / artefacts.name, artefacts, self.instances, self.max_queue_delay_us,
