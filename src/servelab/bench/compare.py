@@ -3,7 +3,8 @@ print it: per target and client batch size, P50, P99, throughput and server memo
 baseline measured in the same run.
 
 Targets are opened one at a time (``peers.targets.open_target``), so servers never compete with each
-other for the two cores; each is measured with ``run_sweep`` at one concurrency level per batch size.
+other for the two cores; each is measured with ``run_sweep`` at one concurrency level per batch size, or
+with perf_analyzer (``client="perf_analyzer"``, OIP targets only) to confirm a figure with Triton's client.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from servelab.bench.specs import InputSpec, LoadSpec
 from servelab.bench.sweep import run_sweep
 from servelab.errors import InvalidArgument, ServelabError
 
-__all__ = ["CompareResult", "CompareRow", "CompareSpec", "TargetOutcome", "run_compare"]
+__all__ = ["CLIENTS", "CompareResult", "CompareRow", "CompareSpec", "TargetOutcome", "run_compare"]
 
 Progress = Callable[[str], None]
+CLIENTS = ("builtin", "perf_analyzer")
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,15 @@ class CompareSpec:
     warmup_requests: int = 50
     max_level_s: float = 60.0
     peers: PeerSettings = field(default_factory=PeerSettings)
+    client: str = "builtin"
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise InvalidArgument(f"--batch-sizes must be whole numbers >= 1, got {list(self.batch_sizes)}")
         if self.concurrency < 1:
             raise InvalidArgument(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.client not in CLIENTS:
+            raise InvalidArgument(f"--client must be one of {', '.join(CLIENTS)}, got {self.client!r}")
         labels = [t.label for t in self.targets]
         if self.baseline is not None and self.baseline not in labels:
             raise InvalidArgument(f"--baseline {self.baseline!r} is not one of --targets {labels}")
@@ -100,7 +105,7 @@ class CompareResult:
                 ref = base.levels.get(b) if base else None
                 p50 = lv.summary.histogram.percentile(50) * 1e3
                 rows.append(CompareRow(
-                    target=o.label, protocol=str(o.description.get("protocol", "")), batch_size=b, p50_ms=p50,
+                    target=_shown(o), protocol=str(o.description.get("protocol", "")), batch_size=b, p50_ms=p50,
                     p99_ms=lv.summary.histogram.percentile(99) * 1e3, requests_per_s=lv.throughput_rps,
                     inferences_per_s=lv.summary.inferences_per_s, server_rss_mb=lv.server_rss_mb, stable=lv.stable,
                     errors=sum(lv.errors.values()),
@@ -133,6 +138,12 @@ class CompareResult:
         path.write_text(json.dumps(self.to_dict(), indent=2, default=str))
 
 
+def _shown(outcome: TargetOutcome) -> str:
+    """The label, and how the model was served where a peer could not serve it natively."""
+    served_as = outcome.description.get("served_as")
+    return f"{outcome.label} ({served_as})" if served_as and "generated" in str(served_as) else outcome.label
+
+
 def _ratio(value: float, ref: float) -> float | None:
     return value / ref if ref > 0 and not math.isnan(ref) and not math.isnan(value) else None
 
@@ -145,7 +156,14 @@ def _measure_target(
         outcome.description = target.description
         for b in spec.batch_sizes:
             inputs = InputSpec(batch_size=b, shapes=target.shapes)
-            sweep = run_sweep(target.spec, target.model, spec.load(), inputs, measure_ceiling=False)
+            if spec.client == "perf_analyzer":
+                from servelab.bench.perf_analyzer import PerfAnalyzer
+
+                pa = PerfAnalyzer(spec.peers.peers_dir, progress)
+                sweep = pa.sweep(target.spec, target.model, spec.load(), inputs)
+                outcome.description["client"] = "perf_analyzer " + str(sweep.settings["perf_analyzer"]["version"])
+            else:
+                sweep = run_sweep(target.spec, target.model, spec.load(), inputs, measure_ceiling=False)
             level = sweep.levels[0]
             outcome.levels[b] = level
             failed = f" failures: {level.failures}" if level.failures else ""
@@ -159,6 +177,10 @@ def run_compare(spec: CompareSpec, progress: Progress | None = None) -> CompareR
     """Measure every target in turn; a target that cannot start is reported, not fatal."""
     say = progress or (lambda _m: None)
     find_family(spec.repository, spec.model)  # fail fast on a bad model name
+    if spec.client == "perf_analyzer":
+        from servelab.bench.perf_analyzer import PerfAnalyzer
+
+        PerfAnalyzer(spec.peers.peers_dir, say).ensure()  # once, before any server starts
     outcomes = []
     for choice in spec.targets:
         outcome = TargetOutcome(choice.label, {"target": choice.label})

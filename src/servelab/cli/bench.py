@@ -139,6 +139,14 @@ def bench(
     html: Annotated[
         Path | None, typer.Option(help="Write a self-contained HTML report (tables + plots) here.")
     ] = None,
+    client: Annotated[
+        str,
+        typer.Option(
+            help="Load generator: builtin, or perf_analyzer (Triton's C++ client 2.40, OIP targets; "
+            "installed under --peers-dir on first use; no ceiling, no warm-up, no --request-count)."
+        ),
+    ] = "builtin",
+    peers_dir: Annotated[Path, typer.Option(help="Where perf_analyzer is unpacked.")] = Path(".peers"),
 ) -> None:
     """Measure throughput and latency percentiles of MODEL at each load level."""
     require_extra("bench", "bench")
@@ -169,7 +177,17 @@ def bench(
             input_data, parse_shape_option(shape or []), batch_size, "zero" if zero_data else "random"
         )
         name = Path(spec.url).stem if spec.kind == "inprocess" and url is None else model
-        result = _run_with_progress(spec, name, load, inputs, ceiling, console)
+        if client == "perf_analyzer":
+            from servelab.bench.perf_analyzer import PerfAnalyzer
+
+            def say(message: str) -> None:
+                console.print(f"[dim]{message}[/dim]")
+
+            result = PerfAnalyzer(peers_dir, say).sweep(spec, name, load, inputs, say)
+        elif client == "builtin":
+            result = _run_with_progress(spec, name, load, inputs, ceiling, console)
+        else:
+            raise typer.BadParameter(f"expected builtin or perf_analyzer; got {client!r}", param_hint="--client")
     except ServelabError as exc:
         console.print(f"[red]error[/red] ({exc.code.value}): {exc.message}")
         raise typer.Exit(2) from exc

@@ -1,6 +1,7 @@
 """`servelab compare MODEL --repo REPO --targets ...`: one model, one load, several servers and runtimes.
 
-Peers (TorchServe, MLServer) install into their own venvs under ``--peers-dir`` on first use.
+Peers (TorchServe, MLServer, Triton) and perf_analyzer (``--client perf_analyzer``) install under
+``--peers-dir`` on first use.
 ``demo_compare(repo)`` is the short version ``make demo`` ends with.
 """
 
@@ -44,6 +45,7 @@ def print_table(result: object) -> None:
     spec = result.spec  # type: ignore[attr-defined]
     table = Table(
         title=f"servelab compare: {spec.model}, concurrency {spec.concurrency}, baseline {spec.baseline or '-'}"
+        + ("" if spec.client == "builtin" else f", client {spec.client}")
     )
     for i, col in enumerate(COLUMNS):
         table.add_column(col, justify="left" if i < 2 else "right")
@@ -65,7 +67,9 @@ def results_markdown(doc: dict[str, Any]) -> str:
     head = (
         f"`servelab compare {doc['model']}`: concurrency {s['concurrency']}, client batch sizes "
         f"{', '.join(str(b) for b in s['batch_sizes'])}, baseline {s['baseline'] or '-'}, windows of "
-        f"{s['measurement_interval_ms']} ms (at most {s['max_windows']} per point).\n\n"
+        f"{s['measurement_interval_ms']} ms (at most {s['max_windows']} per point)"
+        + (f", measured by {s['client']}" if s.get("client", "builtin") != "builtin" else "")
+        + ".\n\n"
     )
     table = markdown_table(COLUMNS, (row_cells(CompareRow(**r)) for r in doc["rows"]))
     missing = [f"- not measured: {t['label']}: {t['error']}\n" for t in doc["targets"] if t.get("error")]
@@ -111,7 +115,8 @@ def compare(
             "--targets",
             help="Comma-separated: "
             + DEFAULT_TARGETS
-            + ", oip=URL; '@grpc' picks gRPC for servelab-*/mlserver.",
+            + ", servelab-python, triton (Triton 2.51, python backend), oip=URL; '@grpc' picks gRPC for "
+            "servelab-*/mlserver/triton.",
         ),
     ] = DEFAULT_TARGETS,
     batch_sizes: Annotated[str, typer.Option("--batch-sizes", help="Client batch sizes.")] = "1,32",
@@ -153,6 +158,14 @@ def compare(
     mls_workers: Annotated[
         int, typer.Option("--mlserver-parallel-workers", help="MLServer parallel_workers.")
     ] = 0,
+    client: Annotated[
+        str,
+        typer.Option(
+            "--client",
+            help="Load generator: builtin | perf_analyzer (Triton's, 2.40; OIP targets only; installed in "
+            "--peers-dir on first use).",
+        ),
+    ] = "builtin",
 ) -> None:
     """Measure MODEL on several servers and runtimes under one load; print P50/P99/throughput/RSS and ratios."""
     require_extra("bench", "compare")
@@ -171,7 +184,7 @@ def compare(
         spec = CompareSpec(
             model=model, repository=repo, targets=tuple(choices), batch_sizes=_int_list(batch_sizes, "--batch-sizes"),
             concurrency=concurrency, baseline=baseline, measurement_interval_ms=interval_ms, max_windows=max_windows,
-            peers=peers,
+            peers=peers, client=client,
         )  # fmt: skip
         _run(spec, output, html, None if results_md is None else (results_md, results_section))
     except ServelabError as exc:

@@ -67,7 +67,7 @@ def test_parse_targets() -> None:
         ("servelab-onnxruntime", "grpc"), ("mlserver", "http"), ("inprocess-ort", "http"), ("oip", "grpc"),
     ]  # fmt: skip
     assert parse_targets("mlserver", default_protocol="grpc")[0].protocol == "grpc"
-    for bad, match in [("triton", "unknown target"), ("fastapi-ort@grpc", "applies only"), ("oip=ftp://x", "oip=http"),
+    for bad, match in [("tritonserver", "unknown target"), ("fastapi-ort@grpc", "applies only"), ("oip=ftp://x", "oip=http"),
                        ("inprocess-ort,inprocess-ort", "twice"), ("", "empty")]:  # fmt: skip
         with pytest.raises(InvalidArgument, match=match):
             parse_targets(bad)

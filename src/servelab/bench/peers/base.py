@@ -47,6 +47,7 @@ class ModelArtefacts:
     max_batch_size: int = 32
     onnx: Path | None = None
     torchscript: Path | None = None
+    python_model: Path | None = None  # a python-backend model's folder (config.pbtxt, <version>/model.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 ``find_family(repo, "mlp")`` collects the repository models named ``mlp`` or ``mlp_*`` (and, given
 ``mlp_onnx``, its siblings ``mlp_*``), reads each ``config.pbtxt`` with the generated ModelConfig
 message, and says which runtime each one is for and where its newest model file lies. Peers then get
-the same weights in the format they serve: ONNX for ORT-based peers, TorchScript for TorchServe.
+the same weights in the format they serve: ONNX for ORT-based peers, TorchScript for TorchServe, a
+python-backend ``model.py`` (its folder) for Triton.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from servelab.protocol import model_config_pb2
 
 __all__ = ["RUNTIMES", "Family", "Member", "find_family"]
 
-RUNTIMES: dict[str, str] = {"onnxruntime": "model.onnx", "torch": "model.pt", "openvino": "model.xml"}
+RUNTIMES: dict[str, str] = {
+    "onnxruntime": "model.onnx", "torch": "model.pt", "openvino": "model.xml", "python": "model.py",
+}  # fmt: skip
 _PLATFORMS = {
     "onnxruntime_onnx": "onnxruntime", "onnxruntime": "onnxruntime", "pytorch_libtorch": "torch",
-    "pytorch": "torch", "torch": "torch", "libtorch": "torch", "openvino": "openvino",
+    "pytorch": "torch", "torch": "torch", "libtorch": "torch", "openvino": "openvino", "python": "python",
 }  # fmt: skip
 _SUFFIXES = ("onnx", "ort", "onnxruntime", "torchscript", "torch", "pytorch", "pt", "openvino", "ov")
 
@@ -56,10 +59,11 @@ class Family:
     def artefacts(self, runtime: str) -> ModelArtefacts:
         """The family's artefacts, I/O names as the ``runtime`` member declares them."""
         m = self.member(runtime)
-        onnx, pt = self.members.get("onnxruntime"), self.members.get("torch")
+        onnx, pt, py = (self.members.get(r) for r in ("onnxruntime", "torch", "python"))
         return ModelArtefacts(
             name=self.base, inputs=m.inputs, outputs=m.outputs, max_batch_size=m.max_batch_size,
             onnx=onnx.model_file if onnx else None, torchscript=pt.model_file if pt else None,
+            python_model=py.model_file.parent.parent if py and py.model_file else None,
         )  # fmt: skip
 
 
@@ -120,7 +124,7 @@ def find_family(repository: Path, model: str) -> Family:
             family.members[member.runtime] = member
     if not family.members:
         raise NotFound(
-            f"no model named {model!r} (or {base}_<runtime>) with an ONNX, TorchScript or OpenVINO config in "
+            f"no model named {model!r} (or {base}_<runtime>) with an ONNX, TorchScript, OpenVINO or python config in "
             f"{repository}; models there: {sorted(folders)}"
         )
     return family

@@ -1,10 +1,12 @@
 """Compare targets by name: parse ``servelab-onnxruntime,inprocess-ort,mlserver@grpc,oip=URL`` and
 open each one (start its server, or point at the runtime or URL) as a bench ``TargetSpec``.
 
-Names: ``servelab-onnxruntime``, ``servelab-openvino``, ``servelab-torch`` (``servelab serve`` with the
-family's model for that runtime), ``inprocess-ort`` (onnxruntime called directly, no server),
-``fastapi-ort``, ``torchserve``, ``mlserver``, and ``oip=URL`` (any running OIP server: ``http://...``
-or ``grpc://host:port``). ``@http`` / ``@grpc`` after a servelab or mlserver name picks the OIP transport.
+Names: ``servelab-onnxruntime``, ``servelab-openvino``, ``servelab-torch``, ``servelab-python``
+(``servelab serve`` with the family's model for that runtime), ``inprocess-ort`` (onnxruntime called
+directly, no server), ``fastapi-ort``, ``torchserve``, ``mlserver``, ``triton`` (the real Triton 2.51,
+python backend: the family's python model as it is, else its ONNX model inside a generated python model),
+and ``oip=URL`` (any running OIP server: ``http://...`` or ``grpc://host:port``). ``@http`` / ``@grpc``
+after a servelab, mlserver or triton name picks the OIP transport.
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ from servelab.errors import InvalidArgument
 __all__ = ["TARGET_NAMES", "OpenTarget", "PeerSettings", "TargetChoice", "open_target", "parse_targets"]
 
 TARGET_NAMES: tuple[str, ...] = (
-    "servelab-onnxruntime", "servelab-openvino", "servelab-torch", "inprocess-ort", "fastapi-ort", "torchserve", "mlserver",
+    "servelab-onnxruntime", "servelab-openvino", "servelab-torch", "servelab-python", "inprocess-ort", "fastapi-ort",
+    "torchserve", "mlserver", "triton",
 )  # fmt: skip
 _SERVELAB_RUNTIMES = {
     "servelab-onnxruntime": "onnxruntime",
     "servelab-openvino": "openvino",
     "servelab-torch": "torch",
+    "servelab-python": "python",
 }
-_TRANSPORT_CHOICE = ("servelab-onnxruntime", "servelab-openvino", "servelab-torch", "mlserver")
+_TRANSPORT_CHOICE = ("servelab-onnxruntime", "servelab-openvino", "servelab-torch", "servelab-python", "mlserver", "triton")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,8 @@ class PeerSettings:
     mlserver_max_batch_time_s: float = 0.002
     mlserver_parallel_workers: int = 0
     intra_op_threads: int = 0
+    triton_instances: int = 1
+    triton_max_queue_delay_us: int | None = None  # dynamic batching of the generated ONNX model (None: off)
 
 
 @dataclass
@@ -123,6 +129,8 @@ def _make_peer(
             max_batch_delay_ms=settings.torchserve_max_batch_delay_ms, workers=settings.torchserve_workers,
         )  # fmt: skip
         return ts, family.artefacts("torch")
+    if choice.name == "triton":
+        return _triton_peer(choice, family, settings, progress)
     from servelab.bench.peers.mlserver import MLServerPeer
 
     peer = MLServerPeer(
@@ -131,6 +139,20 @@ def _make_peer(
         protocol=choice.protocol,
     )  # fmt: skip
     return peer, family.artefacts("onnxruntime")
+
+
+def _triton_peer(
+    choice: TargetChoice, family: Family, settings: PeerSettings, progress: Callable[[str], None]
+) -> tuple[Peer, Any]:
+    """Triton with the family's python model (as it is) or, failing that, its ONNX model."""
+    from servelab.bench.peers.triton import TritonPeer
+
+    peer = TritonPeer(
+        settings.peers_dir, progress=progress, protocol=choice.protocol, instances=settings.triton_instances,
+        max_queue_delay_us=settings.triton_max_queue_delay_us, intra_op_threads=max(settings.intra_op_threads, 1),
+    )  # fmt: skip
+    runtime = "python" if "python" in family.members else "onnxruntime"
+    return peer, family.artefacts(runtime)
 
 
 def _describe(choice: TargetChoice, settings: PeerSettings) -> dict[str, Any]:
@@ -142,6 +164,8 @@ def _describe(choice: TargetChoice, settings: PeerSettings) -> dict[str, Any]:
                 "parallel_workers": settings.mlserver_parallel_workers, "payload": "raw" if choice.protocol == "grpc" else "JSON"}  # fmt: skip
     if choice.name == "fastapi-ort":
         return {"payload": "JSON", "batching": "none"}
+    if choice.name == "triton":
+        return {"payload": "binary", "instances": settings.triton_instances}
     if choice.name.startswith("servelab-"):
         return {"payload": "binary", "batching": "as config.pbtxt says"}
     return {}

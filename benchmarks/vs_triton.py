@@ -1,0 +1,202 @@
+"""servelab against the real Triton Inference Server on the same python models, measured by perf_analyzer.
+
+    python benchmarks/vs_triton.py [--measurement-interval-ms 2000] [--rounds 2] [--concurrency 1,4,16]
+
+The models of examples/triton_models (Triton's add_sub re-implemented, a numpy image pre-processing step,
+onnxruntime inside a python model) are built once; ``servelab serve`` and Triton 2.51 (nvidia-pytriton's
+``tritonserver``, python backend, installed under .peers/triton on first use) serve the same files, both
+up for the whole run, each on its own free 127.0.0.1 ports. perf_analyzer 2.40 (installed under
+.peers/perf_analyzer) measures every (model, protocol, concurrency) cell on servelab and then on Triton,
+back to back, and the cells repeat for ``--rounds`` rounds, so machine noise hits both servers alike.
+Each server's figure is its median round by throughput (perf_analyzer's own infer/s and P99, from its CSV);
+a round perf_analyzer could not stabilise is listed, not averaged in. The ratio is servelab / Triton in
+the same run. Writes benchmarks/results/vs_triton.json and its section of benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results" / "vs_triton.json"
+RESULTS_MD = HERE / "RESULTS.md"
+SECTION = "vs_triton"  # the section of RESULTS_MD this script writes
+MODELS = ("add_sub", "image_preprocess", "ort_inside")
+SERVERS = ("servelab", "triton")
+#: protocol -> (minimum servelab/Triton throughput, P99 must be no worse): issue #14's bars
+BARS = {"http": (1.0, True), "grpc": (0.8, False)}
+
+
+@contextmanager
+def _servers(repo: Path, peers_dir: Path, say: Any) -> Iterator[dict[str, Any]]:
+    """Both servers with all three models loaded; yields server name -> Endpoint."""
+    from servelab.bench.peers.servelab_target import ServelabPeer
+    from servelab.bench.peers.triton import TritonPeer
+
+    loads = tuple(a for m in MODELS[1:] for a in ("--load-model", m))
+    with ExitStack() as stack:
+        servelab = stack.enter_context(ServelabPeer(repo, MODELS[0], progress=say, extra_args=loads))
+        triton = stack.enter_context(TritonPeer(peers_dir, progress=say))
+        triton.install()
+        for model in MODELS:
+            triton.add_python_model(repo / model)
+        yield {"servelab": servelab.start(), "triton": triton.start()}
+
+
+def _cell(pa: Any, endpoint: Any, model: str, protocol: str, concurrency: int, load: Any) -> dict[str, Any]:
+    """One perf_analyzer run; its own figures, or why it reported none."""
+    from servelab.bench.specs import InputSpec, TargetSpec
+
+    url = endpoint.extra["grpc"] if protocol == "grpc" else endpoint.extra["http"]
+    target = TargetSpec(f"oip-{protocol}", url, server_pid=endpoint.pid)  # type: ignore[arg-type]
+    level, reported = pa.measure_level(target, model, load, InputSpec(), float(concurrency))
+    if reported is None:
+        return {"ok": False, "failure": level.failures[0] if level.failures else "no report"}
+    return {"ok": True, **reported.to_dict(), "server_rss_mb": level.server_rss_mb,
+            "histogram_p99_us": level.summary.histogram.percentile(99) * 1e6}  # fmt: skip
+
+
+def measure(args: argparse.Namespace, say: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, every run): each cell on servelab then Triton, ``rounds`` times over."""
+    sys.path.insert(0, str(ROOT / "examples" / "triton_models"))
+    from build_triton_models import build
+
+    from servelab.bench.perf_analyzer import PerfAnalyzer, PerfAnalyzerOptions
+    from servelab.bench.specs import LoadSpec
+
+    pa = PerfAnalyzer(args.peers_dir, say, PerfAnalyzerOptions(percentile=args.percentile or None))
+    pa.ensure()
+    load = LoadSpec(measurement_interval_ms=args.measurement_interval_ms, stability_percentage=args.stability_percentage,
+                    max_windows=args.max_trials, max_level_s=args.max_trials * args.measurement_interval_ms / 1e3 + 60)  # fmt: skip
+    cells = [(m, p, c) for m in args.models for p in args.protocols for c in args.concurrency]
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="servelab-vs-triton-") as tmp:
+        repo = build(Path(tmp) / "models")
+        with _servers(repo, args.peers_dir, say) as endpoints:
+            for rnd in range(args.rounds):
+                for model, protocol, conc in cells:
+                    for server in SERVERS:
+                        got = _cell(pa, endpoints[server], model, protocol, conc, load)
+                        run = {"round": rnd, "server": server, "model": model, "protocol": protocol, "concurrency": conc, **got}
+                        print(json.dumps(run), flush=True)
+                        runs.append(run)
+    return [_row(runs, m, p, c) for m, p, c in cells], runs
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    ok = sorted((r for r in runs if r["ok"]), key=lambda r: r["inferences_per_s"])
+    return ok[len(ok) // 2] if ok else None
+
+
+def _row(runs: list[dict[str, Any]], model: str, protocol: str, conc: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": conc}
+    for server in SERVERS:
+        mine = [r for r in runs if (r["server"], r["model"], r["protocol"], r["concurrency"]) == (server, model, protocol, conc)]
+        mid = _median(mine)
+        row[server] = None if mid is None else {k: mid[k] for k in ("inferences_per_s", "p50_us", "p99_us", "server_rss_mb")}
+        row[f"{server}_rounds"] = [r["inferences_per_s"] if r["ok"] else None for r in mine]
+        row[f"{server}_failures"] = [r["failure"] for r in mine if not r["ok"]]
+    s, t = row["servelab"], row["triton"]
+    row["throughput_ratio"] = s["inferences_per_s"] / t["inferences_per_s"] if s and t and t["inferences_per_s"] else None
+    row["p99_ratio"] = s["p99_us"] / t["p99_us"] if s and t and t["p99_us"] else None
+    minimum, p99_too = BARS[protocol]
+    row["meets_bar"] = None if row["throughput_ratio"] is None else bool(
+        row["throughput_ratio"] >= minimum and (not p99_too or (row["p99_ratio"] or 0) <= 1.0)
+    )
+    return row
+
+
+def _fig(cell: dict[str, Any] | None) -> tuple[str, str]:
+    return ("-", "-") if cell is None else (f"{cell['inferences_per_s']:,.0f}", f"{cell['p99_us']:,.0f}")
+
+
+def _on(settings: dict[str, Any]) -> str:
+    return f"P{settings['percentile']}" if settings.get("percentile") else "average"
+
+
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This run's section of RESULTS.md, from the document written to JSON."""
+    from servelab.bench.results_md import markdown_table
+
+    s = doc["settings"]
+    head = (
+        f"perf_analyzer {doc['perf_analyzer']} against servelab and Triton {doc['triton']} (python backend) on the "
+        f"same model.py files, both servers up, each cell measured on servelab then Triton in each of "
+        f"{s['rounds']} rounds; windows of {s['measurement_interval_ms']} ms, stable within "
+        f"{s['stability_percentage']:g}% in throughput and {_on(s)} latency, at most {s['max_trials']} windows; "
+        f"median round by throughput. `ort_inside` runs onnxruntime inside the python model on both servers. "
+        f"Bars (issue #14): HTTP >= 1.0x with P99 no worse, gRPC >= 0.8x.\n\n"
+    )
+    columns = ("model", "protocol", "c", "servelab infer/s", "servelab P99 us", "Triton infer/s", "Triton P99 us",
+               "servelab / Triton", "P99 ratio", "bar")  # fmt: skip
+    cells = []
+    for r in doc["rows"]:
+        ratio = "-" if r["throughput_ratio"] is None else f"{r['throughput_ratio']:.2f}x"
+        p99 = "-" if r["p99_ratio"] is None else f"{r['p99_ratio']:.2f}"
+        bar = {None: "-", True: "met", False: "missed"}[r["meets_bar"]]
+        cells.append((r["model"], r["protocol"].upper() if r["protocol"] == "http" else "gRPC", r["concurrency"],
+                      *_fig(r["servelab"]), *_fig(r["triton"]), ratio, p99, bar))  # fmt: skip
+    failed = [f"- {r['model']} {r['protocol']} c={r['concurrency']} {srv}: {len(r[f'{srv}_failures'])} round(s) "
+              f"not stable" for r in doc["rows"] for srv in SERVERS if r[f"{srv}_failures"]]  # fmt: skip
+    return head + markdown_table(columns, cells) + ("\n" + "\n".join(failed) + "\n" if failed else "")
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--measurement-interval-ms", type=int, default=2000, help="perf_analyzer -p")
+    parser.add_argument("--stability-percentage", type=float, default=10.0, help="perf_analyzer -s")
+    parser.add_argument("--max-trials", type=int, default=10, help="perf_analyzer -r (windows per cell, >= 3)")
+    parser.add_argument("--percentile", type=int, default=99, help="perf_analyzer --percentile (0: stabilise on the average)")
+    parser.add_argument("--rounds", type=int, default=2, help="times every cell is measured on each server")
+    parser.add_argument("--concurrency", type=_int_list, default=[1, 4, 16])
+    parser.add_argument("--protocols", type=lambda t: t.split(","), default=["http", "grpc"])
+    parser.add_argument("--models", type=lambda t: t.split(","), default=list(MODELS))
+    parser.add_argument("--peers-dir", type=Path, default=ROOT / ".peers")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    args = parser.parse_args()
+    if args.rounds < 1 or args.max_trials < 3 or args.measurement_interval_ms < 10 or not args.concurrency:
+        parser.error("--rounds must be >= 1, --max-trials >= 3, --measurement-interval-ms >= 10, --concurrency non-empty")
+    if set(args.protocols) - set(BARS) or set(args.models) - set(MODELS):
+        parser.error(f"--protocols are among {sorted(BARS)}, --models among {list(MODELS)}")
+    from servelab.bench.peers._triton_install import TRITON_VERSION
+    from servelab.bench.perf_analyzer import PA_VERSION
+
+    rows, runs = measure(args, lambda m: print(m, file=sys.stderr, flush=True))
+    doc = {
+        "benchmark": "vs_triton",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "triton": TRITON_VERSION, "perf_analyzer": PA_VERSION,
+        "settings": {"measurement_interval_ms": args.measurement_interval_ms, "stability_percentage": args.stability_percentage,
+                     "max_trials": args.max_trials, "percentile": args.percentile, "rounds": args.rounds, "concurrency": args.concurrency,
+                     "protocols": args.protocols, "models": args.models},
+        "rows": rows, "runs": runs,
+    }  # fmt: skip
+    print(results_markdown(doc))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    if args.results_md is not None:
+        from servelab.bench.results_md import write_section
+
+        write_section(args.results_md, SECTION, results_markdown(doc))
+        print(f"wrote section {SECTION!r} of {args.results_md}")
+
+
+if __name__ == "__main__":
+    main()
