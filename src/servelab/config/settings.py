@@ -208,6 +208,10 @@ class KubernetesSettings(BaseModel):
     target_pending_requests: float = Field(
         8.0, gt=0, description="Queued requests per pod (nv_inference_pending_request_count) the HPA aims at."
     )
+    storage_uri: str = Field(
+        "pvc://servelab-models/repository", min_length=1,
+        description="KServe InferenceService storageUri: where KServe fetches the model repository from.",
+    )
     cpu: str = Field("2", description="CPU request and limit of a pod.")
     memory: str = Field("4Gi", description="Memory request and limit of a pod.")
 
