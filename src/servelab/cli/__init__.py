@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from servelab.cli import bench as _bench
+from servelab.cli import check_triton as _check_triton
 from servelab.cli import compare as _compare
 from servelab.cli import demo as _demo
 from servelab.cli import deploy as _deploy
@@ -27,6 +28,7 @@ _demo.register(app)
 _bench.register(app)
 _compare.register(app)
 _deploy.register(app)
+_check_triton.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
 
 
