@@ -29,6 +29,9 @@ __all__ = ["RayDeployment", "deploy", "resolve_keys", "scale", "shutdown"]
 
 log = logging.getLogger("servelab.deploy")
 
+#: no access log line per request (as `servelab serve`); Ray's own warnings and errors stay
+_LOGGING = {"log_level": "WARNING", "enable_access_log": False}
+
 
 @dataclass(frozen=True)
 class RayDeployment:
@@ -83,10 +86,13 @@ def deploy(
     settings = resolve_keys(settings)
     build_door(settings)  # the exposure rule of `servelab serve`, before anything starts
     _connect(address, init_options)
-    serve.start(http_options={"host": settings.host, "port": settings.http_port})
-    targets = [serve.RunTarget(_model_app(p, settings), name=p.name, route_prefix=p.route_prefix) for p in plans]
+    serve.start(http_options={"host": settings.host, "port": settings.http_port}, logging_config=_LOGGING)
+    targets = [
+        serve.RunTarget(_model_app(p, settings), name=p.name, route_prefix=p.route_prefix, logging_config=_LOGGING)
+        for p in plans
+    ]
     front = FrontIngress.bind(settings, [p.name for p in plans])
-    targets.append(serve.RunTarget(front, name=FRONT_APP, route_prefix="/"))
+    targets.append(serve.RunTarget(front, name=FRONT_APP, route_prefix="/", logging_config=_LOGGING))
     serve.run_many(targets)
     url = f"http://{settings.host}:{settings.http_port}"
     log.info("deployed %d model(s) on Ray Serve at %s: %s", len(plans), url, ", ".join(p.name for p in plans))
@@ -99,7 +105,8 @@ def scale(settings: ServerSettings, model: str, num_replicas: int) -> ModelPlan:
     models = {**settings.deploy.models, model: own.model_copy(update={"num_replicas": num_replicas, "autoscaling": None})}
     settings = settings.model_copy(update={"deploy": settings.deploy.model_copy(update={"models": models})})
     (plan,) = plan_repository(list(settings.model_repository), settings.deploy, [model])
-    serve.run(_model_app(plan, resolve_keys(settings)), name=plan.name, route_prefix=plan.route_prefix)
+    serve.run(_model_app(plan, resolve_keys(settings)), name=plan.name, route_prefix=plan.route_prefix,
+              logging_config=_LOGGING)
     return plan
 
 
