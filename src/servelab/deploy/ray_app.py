@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 from ray import serve
+from ray.serve import Deployment
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,7 +37,7 @@ from servelab.frontends.server import Server
 from servelab.repository import config_from_json, config_to_dict
 from servelab.repository.config import read_config
 
-__all__ = ["FRONT_APP", "FrontIngress", "ModelReplica"]
+__all__ = ["FRONT_APP", "FRONT_DEPLOYMENT", "MODEL_DEPLOYMENT", "FrontIngress", "ModelReplica"]
 
 #: name of the application that answers the server-wide routes
 FRONT_APP = "servelab"
@@ -72,7 +73,6 @@ def _one_instance(plan: ModelPlan, settings: ServerSettings) -> str:
     return orjson.dumps(config_to_dict(config)).decode()
 
 
-@serve.deployment
 @serve.ingress()
 class ModelReplica:
     """One replica of one model: servelab's server assembly without its sockets (Ray owns those)."""
@@ -131,7 +131,6 @@ def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
 @serve.ingress()
 class FrontIngress:
     """The server-wide routes of the OIP, answered over every model application."""
@@ -189,3 +188,8 @@ class FrontIngress:
     async def _not_deployed(self, request: Request) -> Response:
         name = request.path_params["model"]
         raise NotFound(f"model '{name}' is not deployed; deployed: {sorted(self.models)} (at {route_prefix('<name>')})")
+
+
+#: the Ray Serve deployments (options per model: :meth:`servelab.deploy.plan.ModelPlan.deployment_options`)
+MODEL_DEPLOYMENT: Deployment = serve.deployment()(ModelReplica)
+FRONT_DEPLOYMENT: Deployment = serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})(FrontIngress)

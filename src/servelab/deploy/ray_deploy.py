@@ -22,7 +22,7 @@ from ray import serve
 
 from servelab.config.settings import ModelDeploySettings, ServerSettings
 from servelab.deploy.plan import ModelPlan, plan_repository
-from servelab.deploy.ray_app import FRONT_APP, FrontIngress, ModelReplica
+from servelab.deploy.ray_app import FRONT_APP, FRONT_DEPLOYMENT, MODEL_DEPLOYMENT
 from servelab.frontends.auth import build_door, load_keys
 
 __all__ = ["RayDeployment", "deploy", "resolve_keys", "scale", "shutdown"]
@@ -61,7 +61,7 @@ def resolve_keys(settings: ServerSettings) -> ServerSettings:
 
 
 def _model_app(plan: ModelPlan, settings: ServerSettings) -> Any:
-    return ModelReplica.options(**plan.deployment_options()).bind(settings, plan)
+    return MODEL_DEPLOYMENT.options(**plan.deployment_options()).bind(settings, plan)
 
 
 def _connect(address: str | None, init_options: dict[str, Any] | None) -> None:
@@ -91,7 +91,7 @@ def deploy(
         serve.RunTarget(_model_app(p, settings), name=p.name, route_prefix=p.route_prefix, logging_config=_LOGGING)
         for p in plans
     ]
-    front = FrontIngress.bind(settings, [p.name for p in plans])
+    front = FRONT_DEPLOYMENT.bind(settings, [p.name for p in plans])
     targets.append(serve.RunTarget(front, name=FRONT_APP, route_prefix="/", logging_config=_LOGGING))
     serve.run_many(targets)
     url = f"http://{settings.host}:{settings.http_port}"

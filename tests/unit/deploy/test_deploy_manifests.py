@@ -12,15 +12,16 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
-from servelab.config.settings import KubernetesSettings, ServerSettings
-from servelab.deploy.dockerfile import dockerfile
-from servelab.deploy.write import write_manifests
-from servelab.frontends.auth import REST_ROUTES
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in the dev extra")
+import jsonschema  # noqa: E402  (kubernetes-validate's dependency)
+
+from servelab.config.settings import KubernetesSettings, ServerSettings  # noqa: E402
+from servelab.deploy.dockerfile import dockerfile  # noqa: E402
+from servelab.deploy.write import write_manifests  # noqa: E402
+from servelab.frontends.auth import REST_ROUTES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 CRDS = Path(__file__).parent / "crds"
