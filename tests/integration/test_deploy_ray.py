@@ -23,6 +23,8 @@ ray = pytest.importorskip("ray", reason="the ray extra (servelab[ray]) is part o
 import tritonclient.http as httpclient  # noqa: E402
 from ray import serve  # noqa: E402
 
+from pydantic import SecretStr  # noqa: E402
+
 from servelab.config.settings import ServerSettings  # noqa: E402
 from servelab.deploy import ray_deploy  # noqa: E402
 
@@ -173,6 +175,21 @@ def test_scaling_a_model_to_two_replicas(
     for tensor in ones:
         tensor.set_data_from_numpy(x)
     assert np.array_equal(client.infer("simple", ones).as_numpy("OUTPUT0"), 2 * x)
+
+
+def test_keys_hold_at_every_replica_s_door(deployed: ray_deploy.RayDeployment, settings: ServerSettings) -> None:
+    """Redeployed with an inference key: the same door as `servelab serve`, in the replicas and in front."""
+    auth = settings.auth.model_copy(update={"inference_key": SecretStr("k-" + "x" * 30)})
+    keyed = settings.model_copy(update={"auth": auth})
+    ray_deploy.deploy(keyed, models=["simple"])
+    body = {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))} for n in ("INPUT0", "INPUT1")]}
+    with httpx.Client(base_url=deployed.http_url, timeout=30) as client:
+        assert client.get("/v2/health/ready").status_code == 200  # health stays open
+        denied = client.post("/v2/models/simple/infer", json=body)
+        assert denied.status_code == 401 and denied.headers["www-authenticate"].startswith("Bearer")
+        assert client.get("/v2").status_code == 401  # the front application's door too
+        allowed = client.post("/v2/models/simple/infer", json=body, headers={"Authorization": "Bearer k-" + "x" * 30})
+        assert allowed.status_code == 200 and allowed.json()["outputs"][0]["data"] == [2 * i for i in range(16)]
 
 
 def test_a_rollout_split_is_honoured_across_replicas(deployed: ray_deploy.RayDeployment) -> None:

@@ -196,3 +196,22 @@ def test_settings_refuse_a_bad_namespace_and_inverted_replicas() -> None:
         KubernetesSettings(namespace="Not_A_Name")
     with pytest.raises(ValueError, match="max_replicas"):
         KubernetesSettings(min_replicas=3, max_replicas=2)
+
+
+def test_the_command_writes_the_folder_and_refuses_a_repository_outside_the_context(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from servelab.cli import app
+
+    repo = _repository(tmp_path / "ctx" / "models")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["deploy", "k8s", str(repo), "--out", str(out), "--context", str(tmp_path / "ctx"),
+                                      "--image", "registry.test/servelab:9", "--namespace", "inference"])
+    assert result.exit_code == 0, result.output
+    deployment = yaml.safe_load((out / "10-deployment.yaml").read_text())
+    assert deployment["metadata"]["namespace"] == "inference"
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.test/servelab:9"
+    outside = CliRunner().invoke(app, ["deploy", "k8s", str(repo), "--out", str(out), "--context", str(tmp_path / "elsewhere")])
+    assert outside.exit_code == 2 and "outside the build context" in outside.output
+    bad = CliRunner().invoke(app, ["deploy", "k8s", str(repo), "--out", str(out), "--namespace", "Bad_Name"])
+    assert bad.exit_code == 2 and "namespace" in bad.output
