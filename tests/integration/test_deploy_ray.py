@@ -21,9 +21,8 @@ from conftest import HOST, ServerProcess, free_ports, running_server
 ray = pytest.importorskip("ray", reason="the ray extra (servelab[ray]) is part of the dev extra")
 
 import tritonclient.http as httpclient  # noqa: E402
-from ray import serve  # noqa: E402
-
 from pydantic import SecretStr  # noqa: E402
+from ray import serve  # noqa: E402
 
 from servelab.config.settings import ServerSettings  # noqa: E402
 from servelab.deploy import ray_deploy  # noqa: E402
