@@ -1,4 +1,4 @@
-"""The ``servelab`` command: serve | bench | compare | convert | select | graph | demo.
+"""The ``servelab`` command: serve | bench | compare | convert | select | graph | demo | deploy | check-triton.
 
 Each sub-command lives in its own module of this package and is registered here. Importing this
 package changes nothing in the process (and imports no grpc); :func:`main`, which owns the process,
@@ -10,9 +10,11 @@ from __future__ import annotations
 import typer
 
 from servelab.cli import bench as _bench
+from servelab.cli import check_triton as _check_triton
 from servelab.cli import compare as _compare
 from servelab.cli import convert as _convert
 from servelab.cli import demo as _demo
+from servelab.cli import deploy as _deploy
 from servelab.cli import graph as _graph
 from servelab.cli import select as _select
 from servelab.cli import serve as _serve
@@ -29,6 +31,8 @@ _bench.register(app)
 _compare.register(app)
 _convert.register(app)
 _select.register(app)
+_deploy.register(app)
+_check_triton.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
 
 

@@ -223,6 +223,75 @@ class WorkerSettings(BaseModel):
         return self
 
 
+class AutoscalingSettings(BaseModel):
+    """Ray Serve autoscaling of one model's replicas (its ``autoscaling_config``)."""
+
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas (0 lets an idle model scale to none).")
+    max_replicas: int = Field(2, ge=1, description="Most replicas.")
+    target_ongoing_requests: float | None = Field(
+        None, gt=0, description="Requests in flight per replica that autoscaling aims at; unset = one full "
+        "batch per instance (max_batch_size x instances, at least 1).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscalingSettings:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"autoscaling.max_replicas ({self.max_replicas}) is below autoscaling.min_replicas ({self.min_replicas})"
+            )
+        return self
+
+
+class ModelDeploySettings(BaseModel):
+    """How one model is spread over machines; unset fields come from its config.pbtxt."""
+
+    num_replicas: int | None = Field(None, ge=1, description="Fixed replica count (ignored when autoscaling is set).")
+    autoscaling: AutoscalingSettings | None = Field(None, description="Scale between min and max replicas.")
+    max_ongoing_requests: int | None = Field(
+        None, ge=1, description="Requests one replica takes at once; unset = two full batches per instance, at least 16."
+    )
+
+
+class KubernetesSettings(BaseModel):
+    """What `servelab deploy k8s` writes into the manifests."""
+
+    namespace: str = Field("servelab", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Namespace of every object.")
+    name: str = Field("servelab", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Name of the Deployment, Service, ...")
+    image: str = Field("servelab:0.1.0", min_length=1, description="Container image built from deploy/Dockerfile.")
+    min_replicas: int = Field(1, ge=1, description="HorizontalPodAutoscaler minReplicas.")
+    max_replicas: int = Field(4, ge=1, description="HorizontalPodAutoscaler maxReplicas.")
+    target_pending_requests: float = Field(
+        8.0, gt=0, description="Queued requests per pod (nv_inference_pending_request_count) the HPA aims at."
+    )
+    storage_uri: str = Field(
+        "pvc://servelab-models/repository", min_length=1,
+        description="KServe InferenceService storageUri: where KServe fetches the model repository from.",
+    )
+    cpu: str = Field("2", description="CPU request and limit of a pod.")
+    memory: str = Field("4Gi", description="Memory request and limit of a pod.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> KubernetesSettings:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"kubernetes.max_replicas ({self.max_replicas}) is below kubernetes.min_replicas ({self.min_replicas})"
+            )
+        return self
+
+
+class DeploySettings(BaseModel):
+    """`servelab deploy`: Ray Serve replicas per model and the Kubernetes manifests."""
+
+    instances_as_replicas: bool = Field(
+        False, description="Ray: a model's instance_group count becomes its replica count, one instance per "
+        "replica (spread over machines); off = every replica runs the instance groups as written.",
+    )
+    num_replicas: int = Field(1, ge=1, description="Ray: replicas of a model that neither models.<m> nor its instance groups size.")
+    cpus_per_instance: float = Field(1.0, ge=0, description="Ray: logical CPUs a replica reserves per KIND_CPU instance.")
+    models: dict[str, ModelDeploySettings] = Field(default_factory=dict, description="Ray: per-model overrides.")
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+
+
 class ServerSettings(BaseSettings):
     """Everything `servelab serve` needs. Flags override SERVELAB_* variables, which override the settings
     file, which overrides the defaults (see :meth:`from_file`)."""
@@ -249,6 +318,7 @@ class ServerSettings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings, description="Keys and restricted API groups.")
     tls: TlsSettings = Field(default_factory=TlsSettings, description="TLS certificates for HTTP and gRPC.")
     workers: WorkerSettings = Field(default_factory=WorkerSettings, description="Worker processes: deadlines, restarts, caps.")
+    deploy: DeploySettings = Field(default_factory=DeploySettings, description="servelab deploy: Ray Serve and Kubernetes.")
 
     @model_validator(mode="after")
     def _ports_distinct(self) -> ServerSettings:
