@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from conftest import HOST, ServerProcess, free_ports, running_server
+from conftest import HOST, ServerProcess, running_server
 
 ray = pytest.importorskip("ray", reason="the ray extra (servelab[ray]) is part of the dev extra")
 
@@ -24,6 +24,7 @@ import tritonclient.http as httpclient  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 from ray import serve  # noqa: E402
 
+from servelab.bench.net import free_port  # noqa: E402
 from servelab.config.settings import ServerSettings  # noqa: E402
 from servelab.deploy import ray_deploy  # noqa: E402
 
@@ -55,7 +56,7 @@ def reference(example_repository: Path, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def settings(example_repository: Path) -> ServerSettings:
-    (port,) = free_ports(1)
+    port = free_port()  # Ray Serve binds the port itself: it takes no port 0
     return ServerSettings(model_repository=[example_repository], host=HOST, http_port=port)
 
 

@@ -21,8 +21,9 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
-from peers_models import write_linear_onnx
 
+from harness.models import dense_onnx
+from harness.repository import TINY_WEIGHTS
 from servelab.bench._fetch import DownloadFailed
 from servelab.bench.peers.base import Endpoint
 from servelab.bench.specs import InputSpec, LoadSpec, TargetSpec
@@ -223,7 +224,7 @@ def test_compare_serves_an_onnx_model_on_triton_through_a_labelled_python_model(
     triton_installed: None, tmp_path: Path
 ) -> None:
     repo = tmp_path / "repo"
-    write_linear_onnx(repo / "linear_onnx" / "1" / "model.onnx")
+    dense_onnx(repo / "linear_onnx" / "1" / "model.onnx", TINY_WEIGHTS)
     (repo / "linear_onnx" / "config.pbtxt").write_text(
         'name: "linear_onnx"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
         'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
