@@ -1,4 +1,4 @@
-"""The ``servelab`` command: serve | bench | compare | graph | demo.
+"""The ``servelab`` command: serve | bench | compare | graph | demo | import.
 
 Each sub-command lives in its own module of this package and is registered here. Importing this
 package changes nothing in the process (and imports no grpc); :func:`main`, which owns the process,
@@ -13,6 +13,7 @@ from servelab.cli import bench as _bench
 from servelab.cli import compare as _compare
 from servelab.cli import demo as _demo
 from servelab.cli import graph as _graph
+from servelab.cli import import_ as _import
 from servelab.cli import serve as _serve
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, SERVER_EXPERIMENTS, disable_grpc_experiments
 
@@ -26,6 +27,7 @@ _demo.register(app)
 _bench.register(app)
 _compare.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
+_import.register(app)
 
 
 def main() -> None:
