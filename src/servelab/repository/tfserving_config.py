@@ -13,6 +13,7 @@ SavedModel runs its graph. Errors name the entry and the field, never a server p
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,8 +121,10 @@ def _base_path(given: str, folder: Path, where: str, trusted: TfServingConfig | 
     path = (folder / given).resolve() if not Path(given).is_absolute() else Path(given).resolve()
     if trusted is None or path in {m.base_path for m in trusted.models}:
         return path
+    relative = os.path.relpath(given, trusted.folder) if Path(given).is_absolute() else given
     return resolve_inside(
-        trusted.folder, given, f"{where}: base_path", within="the folder of the server's TF Serving model config"
+        trusted.folder, relative, f"{where}: base_path {given!r}",
+        within="the folder of the server's TF Serving model config",
     )
 
 

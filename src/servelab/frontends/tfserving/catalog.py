@@ -171,15 +171,16 @@ class Catalog:
 
     def status(self, name: str, version: str = "", label: str = "") -> list[VersionStatus]:
         """GetModelStatus: every version of the model, or the one asked for (by number or label)."""
-        rows = [r for r in self.dataplane.repository_index() if r["name"] == name]
+        rows = [r for r in self.dataplane.repository_index()
+                if r["name"] == name and not (r["state"] == "UNAVAILABLE" and r["reason"] == "unloaded")]
         if not rows:
-            raise NotFound(f"Could not find any versions of model {name}")
+            raise NotFound(f"Servable not found for request: Latest({name})")
         if label:
             version = resolve_version_label(self.model(name), label)
         if version:
             rows = [r for r in rows if r["version"] == version]
             if not rows:
-                raise NotFound(f"Could not find version {version} of model {name}")
+                raise NotFound(f"Servable not found for request: Specific({name}, {version})")
         return [_status_row(r) for r in rows]
 
 
