@@ -31,12 +31,17 @@ _STATE = tfs.get_model_status_pb2.ModelVersionStatus.State
 _CODE = tfs.error_codes_pb2.Code
 
 
-def _target(catalog: Catalog, spec: tfs.model_pb2.ModelSpec) -> Target:
+def _version_choice(spec: tfs.model_pb2.ModelSpec) -> tuple[str, str]:
+    """(version, label) of a ModelSpec; both empty for the newest."""
     if not spec.name:
         raise InvalidArgument("model_spec.name is empty; name the model to use")
     version = str(spec.version.value) if spec.HasField("version") else ""
     label = spec.version_label if spec.WhichOneof("version_choice") == "version_label" else ""
-    return catalog.resolve(spec.name, version, label, spec.signature_name)
+    return version, label
+
+
+def _target(catalog: Catalog, spec: tfs.model_pb2.ModelSpec) -> Target:
+    return catalog.resolve(spec.name, *_version_choice(spec), spec.signature_name)
 
 
 def _answered(spec: tfs.model_pb2.ModelSpec, target: Target, version: str) -> None:
@@ -118,8 +123,7 @@ class PredictionServicer(tfs.prediction_service_pb2_grpc.PredictionServiceServic
             raise InvalidArgument(f"metadata_field must be [{_SIGNATURE_DEF!r}], the one field TF Serving answers; "
                                   f"got {fields}")
         spec = request.model_spec
-        target = _target(self.catalog, spec)
-        version = target.version or self.catalog.newest_version(spec.name)
+        version = self.catalog.version(spec.name, *_version_choice(spec))
         response = tfs.get_model_metadata_pb2.GetModelMetadataResponse()
         response.model_spec.name = spec.name
         response.model_spec.version.value = int(version)
@@ -146,11 +150,9 @@ class ModelServicer(tfs.model_service_pb2_grpc.ModelServiceServicer):
     async def GetModelStatus(
         self, request: tfs.get_model_status_pb2.GetModelStatusRequest, context: Context
     ) -> tfs.get_model_status_pb2.GetModelStatusResponse:
-        spec = request.model_spec
-        version = str(spec.version.value) if spec.HasField("version") else ""
-        label = spec.version_label if spec.WhichOneof("version_choice") == "version_label" else ""
+        version, label = _version_choice(request.model_spec)
         response = tfs.get_model_status_pb2.GetModelStatusResponse()
-        for row in self.catalog.status(spec.name, version, label):
+        for row in self.catalog.status(request.model_spec.name, version, label):
             status = response.model_version_status.add(version=row.version, state=_STATE.Value(row.state))
             status.status.error_code = _CODE.Value(row.error_code)
             status.status.error_message = row.error_message

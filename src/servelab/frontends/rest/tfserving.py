@@ -38,7 +38,6 @@ from servelab.frontends.tfserving import (
     classify,
     predict,
     regress,
-    resolve_version_label,
 )
 from servelab.frontends.tfserving.examples import examples_from_json
 from servelab.types import DataType
@@ -93,9 +92,7 @@ async def get_model(request: Request) -> Response:
 
 
 def _metadata(catalog: Catalog, name: str, version: str, label: str) -> dict[str, Any]:
-    if label:
-        version = resolve_version_label(catalog.model(name), label)
-    version = version or catalog.newest_version(name)
+    version = catalog.version(name, version, label)
     signatures = catalog.signature_def_map(name, version)
     return {
         "model_spec": {"name": name, "signature_name": "", "version": version},

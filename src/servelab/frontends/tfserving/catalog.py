@@ -156,6 +156,13 @@ class Catalog:
     def newest_version(self, servelab_name: str) -> str:
         return str(self.dataplane.model_metadata(servelab_name)["versions"][-1])
 
+    def version(self, name: str, version: str = "", label: str = "") -> str:
+        """The version a (version, label) pair names; the newest when neither is given."""
+        if label:
+            return resolve_version_label(self.model(name), label)
+        self.model(name)  # NotFound for an unknown model, whatever the version
+        return version or self.newest_version(name)
+
     def signature_def_map(self, name: str, version: str) -> tfs.get_model_metadata_pb2.SignatureDefMap:
         """Every signature of the model (GetModelMetadata's ``signature_def``)."""
         model = self.model(name)
