@@ -45,8 +45,10 @@ __all__ = [
     "primary_signature",
     "same_interface",
     "select_versions",
+    "set_primary",
     "signature_config",
     "signature_model_names",
+    "signature_tensors",
     "version_folders",
 ]
 

@@ -40,6 +40,7 @@ from servelab.frontends.tfserving import (
     regress,
 )
 from servelab.frontends.tfserving.examples import examples_from_json
+from servelab.trust import check_version
 from servelab.types import DataType
 
 __all__ = ["routes"]
@@ -67,9 +68,7 @@ def _parse_path(path: str) -> tuple[str, str, str, str]:
     if len(parts) == 1 and parts[0]:
         return parts[0], "", "", action
     if len(parts) == 3 and parts[1] == "versions" and parts[2]:
-        if not (parts[2].isascii() and parts[2].isdigit()):
-            raise InvalidArgument(f"Malformed request: version {parts[2]!r} is not a number")
-        return parts[0], parts[2], "", action
+        return parts[0], check_version(parts[2]), "", action
     if len(parts) == 3 and parts[1] == "labels" and parts[2]:
         return parts[0], "", parts[2], action
     raise NotFound(f"no route for /v1/models/{path}; expected "

@@ -79,7 +79,8 @@ async def predict(
     return response.model_version, {t.name: t.data for t in response.outputs}
 
 
-def _examples_call(target: Target, method: str, verb: str, serialized: Sequence[bytes]) -> tuple[Target, dict[str, np.ndarray]]:
+def _examples_input(target: Target, method: str, verb: str, serialized: Sequence[bytes]) -> dict[str, np.ndarray]:
+    """The ``inputs`` tensor of a classify or regress call, after TF Serving's checks of the signature."""
     sig = target.signature
     if sig.method != method:
         raise InvalidArgument(f"Expected {verb} signature method_name to be {method}. Was: {sig.method}"
@@ -91,12 +92,12 @@ def _examples_call(target: Target, method: str, verb: str, serialized: Sequence[
         raise InvalidArgument("Input is empty: send at least one example")
     array = np.empty(len(serialized), dtype=object)
     array[:] = list(serialized)
-    return target, {_INPUTS: array}
+    return {_INPUTS: array}
 
 
 async def classify(catalog: Catalog, target: Target, serialized: Sequence[bytes]) -> tuple[str, Classes]:
     """(version, per example the (label, score) of each class) as TF Serving's Classify computes them."""
-    target, inputs = _examples_call(target, tfs.CLASSIFY_METHOD, "classification", serialized)
+    inputs = _examples_input(target, tfs.CLASSIFY_METHOD, "classification", serialized)
     wanted = [n for n in (_CLASSES, _SCORES) if n in target.signature.signature_def.outputs]
     if not wanted:
         raise InvalidArgument(f"Expected classification signature outputs to contain at least one of "
@@ -116,7 +117,7 @@ async def classify(catalog: Catalog, target: Target, serialized: Sequence[bytes]
 
 async def regress(catalog: Catalog, target: Target, serialized: Sequence[bytes]) -> tuple[str, list[float]]:
     """(version, one value per example) as TF Serving's Regress computes them."""
-    target, inputs = _examples_call(target, tfs.REGRESS_METHOD, "regression", serialized)
+    inputs = _examples_input(target, tfs.REGRESS_METHOD, "regression", serialized)
     if _OUTPUTS not in target.signature.signature_def.outputs:
         raise InvalidArgument(f"signature {target.signature.key!r}: a regression signature has the output "
                               f"{_OUTPUTS!r}")
