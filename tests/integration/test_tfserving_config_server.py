@@ -54,13 +54,27 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tfserving")
     for version in (1, 2):
         build_saved_model(tf, root / "lin" / str(version), version)
+    _save_tf2_module(root / "affine" / "1")
     entries = [
         {"name": "lin", "base_path": str(root / "lin"), "policy": "all {}", "labels": {"stable": 1, "canary": 2}},
         {"name": "lin_latest", "base_path": "lin"},  # relative: read from the config file's folder
+        {"name": "affine", "base_path": str(root / "affine")},
     ]
     (root / "models.config").write_text(models_config(entries))
     (root / "batching.config").write_text(BATCHING)
     return root
+
+
+def _save_tf2_module(folder: Path) -> None:
+    """A TF2 SavedModel (tf.saved_model.save of a tf.Module), the common kind today."""
+
+    class Affine(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="features")])
+        def serve(self, features: Any) -> dict[str, Any]:
+            return {"doubled": features * 2.0 + 1.0, "count": tf.reduce_sum(tf.ones_like(features), axis=1)}
+
+    module = Affine()
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +243,21 @@ def test_grpc_batched_requests_in_parallel(stub: Any, reference: Reference) -> N
         results = list(pool.map(one, rows))
     for x, got in zip(rows, results, strict=True):
         _close(got, reference.predict(2, x)["probs"])
+
+
+def test_a_tf2_saved_model(stub: Any, http: httpx.Client, store: Path) -> None:
+    features = np.arange(8, dtype=np.float32).reshape(2, 4)
+    want = tf.saved_model.load(str(store / "affine" / "1")).signatures["serving_default"](features=tf.constant(features))
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "affine"
+    request.inputs["features"].CopyFrom(tf.make_tensor_proto(features))
+    response = stub.Predict(request, timeout=30)
+    for key, value in want.items():
+        np.testing.assert_array_equal(tf.make_ndarray(response.outputs[key]), value.numpy())
+    r = http.post("/v1/models/affine:predict", json={"instances": features.tolist()})
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(np.array([p["doubled"] for p in r.json()["predictions"]], np.float32),
+                                  want["doubled"].numpy())
 
 
 # ----- REST, as TF Serving's REST API page writes it -----

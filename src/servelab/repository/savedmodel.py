@@ -22,6 +22,7 @@ __all__ = ["SAVED_MODEL_FILES", "SERVE_TAG", "Signatures", "find_saved_model", "
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 SERVE_TAG = "serve"
+_INTERNAL = "__saved_model"
 #: signature key -> SignatureDef
 Signatures = dict[str, tfs.meta_graph_pb2.SignatureDef]
 
@@ -70,6 +71,8 @@ def _parse(path: Path, where: str) -> Signatures:
         raise InvalidArgument(f"{where}: the SavedModel has no meta graph tagged 'serve' (tags: {tags})")
     signatures: Signatures = {}
     for key, sig in graphs[0].signature_def.items():
+        if key.startswith(_INTERNAL):
+            continue  # TF2's __saved_model_init_op: run at load, not a signature to serve (TF Serving skips it)
         copy = tfs.meta_graph_pb2.SignatureDef()
         copy.CopyFrom(sig)
         signatures[key] = copy

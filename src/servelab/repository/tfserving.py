@@ -177,8 +177,10 @@ class TfServingRepository(ModelRepository):
             self._maybe_reread_config(now)
             due = self.file_system_poll_s > 0 and now - self._scanned >= self.file_system_poll_s
             if self._snapshot is None or due:
+                previous = self._snapshot or {}
                 self._snapshot = scan(self._config, self.batching)
                 self._scanned = now
+                _log_new_errors(previous, self._snapshot)
             return self._snapshot
 
     def _stamp(self) -> tuple[int, int]:
@@ -206,6 +208,14 @@ class TfServingRepository(ModelRepository):
         self._snapshot = None
 
 
+def _log_new_errors(previous: dict[str, _Servable], current: dict[str, _Servable]) -> None:
+    """Log a model that is not servable once per reason, not at every scan."""
+    for name, servable in current.items():
+        old = previous.get(name)
+        if servable.error is not None and (old is None or old.fingerprint != servable.fingerprint):
+            log.warning("TF Serving model config: %s is not servable: %s", name, servable.error.message)
+
+
 def scan(config: TfServingConfig, batching: BatchingPlan | None) -> dict[str, _Servable]:
     """Every servelab model of ``config``, from what is on disk now."""
     found: dict[str, _Servable] = {}
@@ -230,7 +240,6 @@ def _servables(model: ServedModel, batching: BatchingPlan | None) -> list[_Serva
         keys = sorted({k for sigs in signatures.values() for k in sigs})
         names = signature_model_names(model.name, keys)
     except ServelabError as exc:
-        log.warning("TF Serving model %s is not servable: %s", model.name, exc.message)
         return [_Servable(model.name, model, error=exc, fingerprint=f"error:{exc.message}")]
     primary = primary_signature(keys)
     return [_signature(model, key, names, key == primary, signatures, available, batching) for key in keys]
@@ -266,7 +275,6 @@ def _signature(
             )
         config = signature_config(name, model.name, key, newest, batching=batching, policy=model.policy)
     except ServelabError as exc:
-        log.warning("TF Serving model %s signature %s is not servable: %s", model.name, key, exc.message)
         return _Servable(name, model, error=exc, fingerprint=f"error:{exc.message}")
     if primary:
         set_primary(config, names, model.labels)
