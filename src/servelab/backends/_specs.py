@@ -129,7 +129,9 @@ def _complete_tensor(tensor: Any, spec: TensorSpec, skip: int, kind: str) -> Non
             f"but the model has {spec.dtype.triton_name}"
         )
     dims = list(tensor.dims)
-    if not dims and model_dims:
+    if tensor.HasField("reshape"):  # Triton: the model sees ``reshape``; ``dims`` is what clients send
+        dims = list(tensor.reshape.shape)
+    if not dims and model_dims and not tensor.HasField("reshape"):
         tensor.dims.extend(model_dims)
         return
     if len(dims) != len(model_dims):

@@ -199,6 +199,17 @@ class TensorFlowParameters(ModelParameters):
     reader: ClassVar[str] = "tensorflow"
 
     signature_name: str = Field("serving_default", min_length=1, description="The SavedModel signature to run.")
+    signature_def: str | None = Field(
+        None, min_length=1, alias="TF_SIGNATURE_DEF", description="Triton's name for the signature; wins over signature_name."
+    )
+    graph_tag: str | None = Field(
+        None, min_length=1, alias="TF_GRAPH_TAG", description="The meta graph of a SavedModel with several (default: serve)."
+    )
+
+    @property
+    def signature(self) -> str:
+        """The signature to run: Triton's TF_SIGNATURE_DEF, else signature_name."""
+        return self.signature_def or self.signature_name
 
 
 class TensorRTParameters(ModelParameters):

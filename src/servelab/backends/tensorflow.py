@@ -1,9 +1,14 @@
-"""TensorFlow backend: a SavedModel folder ``model.savedmodel`` run through one signature.
+"""TensorFlow backend: a SavedModel run through one signature.
 
-``tensorflow`` is imported in :meth:`TensorFlowBackend.load` / ``autocomplete``, so this module
-imports anywhere; a missing library is an Unsupported error naming the pip extra. The signature is
-``serving_default`` unless the parameter ``signature_name`` says otherwise (TensorFlowParameters). Inputs are passed by
-name; BYTES tensors are numpy object arrays of ``bytes``, which TensorFlow takes as ``tf.string``.
+The SavedModel is ``<version>/model.savedmodel/`` (Triton's layout), the config's
+``default_model_filename``, or the version folder itself when it holds ``saved_model.pb`` (TF
+Serving's ``<base_path>/<version>/`` layout). ``tensorflow`` is imported in
+:meth:`TensorFlowBackend.load` / ``autocomplete``, so this module imports anywhere; a missing library
+is an Unsupported error naming the pip extra. The signature is ``serving_default`` unless the
+parameter ``TF_SIGNATURE_DEF`` (Triton's name) or ``signature_name`` says otherwise (TensorFlowParameters); ``TF_GRAPH_TAG``
+picks the meta graph of a SavedModel that has several (default: TensorFlow's choice, ``serve``).
+Inputs are passed by name; BYTES tensors are numpy object arrays of ``bytes``, which TensorFlow takes
+as ``tf.string``; ``tf.string`` outputs come back as object arrays of ``bytes``.
 """
 
 from __future__ import annotations
@@ -52,13 +57,25 @@ def _import_tensorflow() -> Any:
     return tensorflow
 
 
+#: files that make a folder a SavedModel
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+
+
+def _savedmodel_path(config: mc.ModelConfig, version_dir: Path) -> Path:
+    """The config's file, else ``model.savedmodel``, else the version folder if it is a SavedModel."""
+    if config.default_model_filename or not any((version_dir / f).is_file() for f in _SAVED_MODEL_FILES):
+        return model_file(config, version_dir, TensorFlowBackend.default_filename)
+    return version_dir
+
+
 def _signature(tf: Any, config: mc.ModelConfig, path: Path) -> tuple[Any, Any]:
     """(loaded SavedModel, its concrete function for the configured signature)."""
-    loaded = tf.saved_model.load(str(path))
-    name = TensorFlowParameters.read(config).signature_name
+    params = TensorFlowParameters.read(config)
+    loaded = tf.saved_model.load(str(path), tags=[params.graph_tag] if params.graph_tag else None)
+    name = params.signature
     if name not in loaded.signatures:
         raise InvalidArgument(
-            f"SavedModel {path} has no signature {name!r}; it has {sorted(loaded.signatures)}"
+            f"SavedModel {path.name} has no signature {name!r}; it has {sorted(loaded.signatures)}"
         )
     return loaded, loaded.signatures[name]
 
@@ -96,12 +113,12 @@ class TensorFlowBackend(Backend):
     @classmethod
     def autocomplete(cls, config: mc.ModelConfig, version_dir: Path) -> None:
         tf = _import_tensorflow()
-        _, fn = _signature(tf, config, model_file(config, version_dir, cls.default_filename))
+        _, fn = _signature(tf, config, _savedmodel_path(config, version_dir))
         complete_config(config, *_signature_specs(fn))
 
     def load(self) -> None:
         self._tf = _import_tensorflow()
-        path = model_file(self.config, self.ctx.version_dir, self.default_filename)
+        path = _savedmodel_path(self.config, self.ctx.version_dir)
         self._loaded, self._fn = _signature(self._tf, self.config, path)
         _, outputs = _signature_specs(self._fn)
         self._bf16_outputs = frozenset(s.name for s in outputs if s.dtype is DataType.BF16)

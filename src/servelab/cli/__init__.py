@@ -1,4 +1,4 @@
-"""The ``servelab`` command: serve | bench | compare | convert | select | graph | demo | deploy | check-triton.
+"""The ``servelab`` command: serve | bench | compare | convert | select | graph | demo | deploy | check-triton | import.
 
 Each sub-command lives in its own module of this package and is registered here. Importing this
 package changes nothing in the process (and imports no grpc); :func:`main`, which owns the process,
@@ -16,6 +16,7 @@ from servelab.cli import convert as _convert
 from servelab.cli import demo as _demo
 from servelab.cli import deploy as _deploy
 from servelab.cli import graph as _graph
+from servelab.cli import import_ as _import
 from servelab.cli import select as _select
 from servelab.cli import serve as _serve
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, SERVER_EXPERIMENTS, disable_grpc_experiments
@@ -34,6 +35,7 @@ _select.register(app)
 _deploy.register(app)
 _check_triton.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
+_import.register(app)
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from pydantic import SecretStr, ValidationError
 __all__ = ["build_settings", "register", "serve"]
 
 #: settings groups whose flags merge into the file's / environment's values instead of replacing them
-_NESTED = ("limits", "auth", "tls")
+_NESTED = ("limits", "auth", "tls", "tfserving")
 
 
 def build_settings(repositories: list[Path], settings_file: Path | None, **flags: Any) -> Any:
@@ -40,7 +40,7 @@ def _secret(value: str | None) -> SecretStr | None:
 
 
 def serve(
-    repositories: Annotated[list[Path], typer.Argument(help="Model repository folders.", show_default=False)],
+    repositories: Annotated[list[Path] | None, typer.Argument(help="Model repository folders (or --tfserving-config).", show_default=False)] = None,
     http_port: Annotated[int | None, typer.Option("--http-port", help="OIP REST, TF Serving, TorchServe inference [8000]; 0 = free port.")] = None,
     grpc_port: Annotated[int | None, typer.Option("--grpc-port", help="OIP gRPC [8001].")] = None,
     metrics_port: Annotated[int | None, typer.Option("--metrics-port", help="Prometheus /metrics [8002].")] = None,
@@ -76,6 +76,11 @@ def serve(
     http_max_header_bytes: Annotated[int | None, typer.Option("--http-max-header-bytes", help="Request line + headers; 431 past it [64 KiB].")] = None,
     grpc_max_concurrent_streams: Annotated[int | None, typer.Option("--grpc-max-concurrent-streams", help="Concurrent gRPC calls per connection [1000].")] = None,
     grpc_max_error_bytes: Annotated[int | None, typer.Option("--grpc-max-error-bytes", help="Longest gRPC error message [2048].")] = None,
+    tfserving_config: Annotated[Path | None, typer.Option("--tfserving-config", "--model_config_file", help="Serve a TF Serving ModelServerConfig (models.config) instead of a repository.")] = None,
+    tfserving_config_poll: Annotated[float | None, typer.Option("--model-config-file-poll-wait-seconds", "--model_config_file_poll_wait_seconds", help="Re-read the TF Serving config this often [0 = never].")] = None,
+    tfserving_file_poll: Annotated[float | None, typer.Option("--file-system-poll-wait-seconds", "--file_system_poll_wait_seconds", help="Look for new version folders this often [1; 0 = at start only].")] = None,
+    tfserving_batching: Annotated[bool, typer.Option("--enable-batching", "--enable_batching", help="TF Serving batching for every batching signature.")] = False,
+    tfserving_batching_file: Annotated[Path | None, typer.Option("--batching-parameters-file", "--batching_parameters_file", help="TF Serving BatchingParameters file (implies --enable-batching).")] = None,
     settings_file: Annotated[Path | None, typer.Option("--settings", help="JSON settings file.")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error.")] = "info",
 ) -> None:
@@ -83,7 +88,7 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = build_settings(
-            repositories,
+            repositories or [],
             settings_file,
             http_port=http_port,
             grpc_port=grpc_port,
@@ -114,22 +119,34 @@ def serve(
                 "grpc_server_key": grpc_server_key, "grpc_root_cert": grpc_root_cert,
                 "grpc_use_ssl_mutual": grpc_use_ssl_mutual,
             },
+            tfserving={
+                "config_file": tfserving_config, "config_poll_s": tfserving_config_poll,
+                "file_system_poll_s": tfserving_file_poll, "enable_batching": tfserving_batching or None,
+                "batching_parameters_file": tfserving_batching_file,
+            },
         )
     except (ValidationError, ValueError) as exc:
         typer.echo(f"error: invalid settings: {exc}", err=True)
         raise typer.Exit(code=2) from None
     missing = [str(p) for p in settings.model_repository if not Path(p).is_dir()]
+    if not settings.model_repository and settings.tfserving.config_file is None:
+        typer.echo("error: give a model repository folder or --tfserving-config models.config", err=True)
+        raise typer.Exit(code=2)
     if missing:
         typer.echo(f"error: model repository folder(s) not found: {', '.join(missing)}", err=True)
         raise typer.Exit(code=2)
 
     import uvloop
 
+    from servelab.errors import ServelabError
     from servelab.frontends.auth import AuthSetupError
     from servelab.frontends.server import Server
 
     try:
         server = Server(settings)
+    except ServelabError as exc:  # e.g. a TF Serving config that does not parse
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(code=2) from None
     except AuthSetupError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None

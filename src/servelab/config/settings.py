@@ -292,6 +292,42 @@ class DeploySettings(BaseModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
 
+class TfServingSettings(BaseModel):
+    """Serving a TF Serving model config instead of a model repository, with TF Serving's flags."""
+
+    config_file: Path | None = Field(
+        None, description="TF Serving's --model_config_file (ModelServerConfig text format); replaces model_repository."
+    )
+    config_poll_s: float = Field(
+        0.0, ge=0, description="--model_config_file_poll_wait_seconds: re-read the config file this often; 0 = never."
+    )
+    file_system_poll_s: float = Field(
+        1.0, ge=0, description="--file_system_poll_wait_seconds: look for new version folders this often; 0 = at start only."
+    )
+    enable_batching: bool = Field(
+        False, description="--enable_batching: batch every batching signature (TF Serving's defaults unless a file is given)."
+    )
+    batching_parameters_file: Path | None = Field(
+        None, description="--batching_parameters_file (BatchingParameters text format); implies enable_batching."
+    )
+
+    @model_validator(mode="after")
+    def _files(self) -> TfServingSettings:
+        for name in ("config_file", "batching_parameters_file"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"tfserving.{name}: no file at {path}")
+        if self.config_file is None and (self.config_poll_s or self.enable_batching or self.batching_parameters_file):
+            raise ValueError("tfserving settings (poll, batching) need tfserving.config_file (--tfserving-config)")
+        return self
+
+    @property
+    def poll_tick_s(self) -> float:
+        """How often the registry looks at the config: the shorter positive poll interval, else 1 s."""
+        positive = [s for s in (self.config_poll_s, self.file_system_poll_s) if s > 0]
+        return min(positive) if positive else 1.0
+
+
 class ServerSettings(BaseSettings):
     """Everything `servelab serve` needs. Flags override SERVELAB_* variables, which override the settings
     file, which overrides the defaults (see :meth:`from_file`)."""
@@ -319,6 +355,9 @@ class ServerSettings(BaseSettings):
     tls: TlsSettings = Field(default_factory=TlsSettings, description="TLS certificates for HTTP and gRPC.")
     workers: WorkerSettings = Field(default_factory=WorkerSettings, description="Worker processes: deadlines, restarts, caps.")
     deploy: DeploySettings = Field(default_factory=DeploySettings, description="servelab deploy: Ray Serve and Kubernetes.")
+    tfserving: TfServingSettings = Field(
+        default_factory=TfServingSettings, description="Serve a TF Serving model config (TF Serving's flags)."
+    )
 
     @model_validator(mode="after")
     def _ports_distinct(self) -> ServerSettings:
@@ -331,6 +370,9 @@ class ServerSettings(BaseSettings):
         used = [p for p in ports.values() if p]
         if len(used) != len(set(used)):
             raise ValueError(f"http_port, grpc_port, metrics_port and management_port must differ (got {ports})")
+        if self.tfserving.config_file is not None and self.model_repository:
+            raise ValueError("model_repository and tfserving.config_file are both set: serve a model repository "
+                             "or a TF Serving model config (servelab import tfserving turns one into the other)")
         return self
 
     @classmethod

@@ -30,7 +30,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from servelab.config.settings import ServerSettings
+from servelab.config.settings import ControlMode, ServerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.core.registry import ModelRegistry
 from servelab.core.workers import WorkerPool
@@ -40,6 +40,7 @@ from servelab.frontends.rest.app import create_app, create_management_app, creat
 from servelab.frontends.watchdog import watch_loop
 from servelab.metrics import ServerMetrics
 from servelab.repository import ModelRepository
+from servelab.repository.tfserving import TfServingRepository
 
 __all__ = ["Server"]
 
@@ -83,12 +84,16 @@ class Server:
         self._grpc_credentials = grpc_server_credentials(settings.tls)
         #: S1 registers its collectors here; served on /metrics of the HTTP and metrics ports
         self.metrics_registry = metrics_registry if metrics_registry is not None else CollectorRegistry()
+        tfs = settings.tfserving
+        #: a TF Serving model config instead of a repository: polled on TF Serving's own schedule
+        self.tfserving = TfServingRepository.from_settings(tfs) if tfs.config_file else None
         self.registry = ModelRegistry(
-            ModelRepository(list(settings.model_repository), allow_custom_backends=settings.allow_custom_backends),
-            settings.model_control_mode,
+            self.tfserving or ModelRepository(
+                list(settings.model_repository), allow_custom_backends=settings.allow_custom_backends),
+            ControlMode.POLL if self.tfserving else settings.model_control_mode,
             max_tensor_elements=settings.limits.max_tensor_elements,
             drain_timeout_s=settings.exit_timeout_s,
-            poll_secs=settings.repository_poll_secs,
+            poll_secs=tfs.poll_tick_s if self.tfserving else settings.repository_poll_secs,
             workers=WorkerPool(settings.workers, settings.limits.request_timeout_s),
         )
         self.dataplane = DataPlane(
@@ -181,6 +186,7 @@ class Server:
             max_message_bytes=self.settings.limits.max_body_bytes, limits=self.settings.limits,
             interceptors=grpc_interceptors(self.door),
             credentials=self._grpc_credentials,
+            tfserving=self.tfserving,
         )
         self.ports["grpc"] = int(getattr(self._grpc, "servelab_bound_port", self.settings.grpc_port))
 

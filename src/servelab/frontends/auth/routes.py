@@ -76,6 +76,7 @@ REST_ROUTES: dict[tuple[str, str], ApiGroup | None] = {
 }
 
 _OIP = "/inference.GRPCInferenceService/"
+_TFS = "/tensorflow.serving.PredictionService/"
 
 #: gRPC full method name -> group (Triton's assignment of its RPCs to restricted protocols).
 GRPC_METHODS: dict[str, ApiGroup] = {
@@ -94,6 +95,11 @@ GRPC_METHODS: dict[str, ApiGroup] = {
        for kind in ("System", "Cuda") for op in ("Status", "Register", "Unregister")},
     _OIP + "TraceSetting": ApiGroup.TRACE,
     _OIP + "LogSettings": ApiGroup.LOGGING,
+    # TensorFlow Serving's services (same port)
+    **{_TFS + m: ApiGroup.INFERENCE for m in ("Predict", "Classify", "Regress", "MultiInference")},
+    _TFS + "GetModelMetadata": ApiGroup.METADATA,
+    "/tensorflow.serving.ModelService/GetModelStatus": ApiGroup.METADATA,
+    "/tensorflow.serving.ModelService/HandleReloadConfigRequest": ApiGroup.MODEL_REPOSITORY,
 }
 
 

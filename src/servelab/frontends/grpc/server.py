@@ -15,8 +15,11 @@ import grpc.aio
 from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
 from servelab.frontends.grpc.servicer import HealthServicer, InferenceServicer
+from servelab.frontends.grpc.tfserving_servicer import ModelServicer, PredictionServicer
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 from servelab.protocol import health_pb2_grpc
+from servelab.protocol import tfserving as tfs
+from servelab.repository.tfserving import TfServingRepository
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "bound_port", "start_grpc_server"]
 
@@ -33,6 +36,7 @@ async def start_grpc_server(
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     credentials: grpc.ServerCredentials | None = None,
     limits: LimitSettings | None = None,
+    tfserving: TfServingRepository | None = None,
 ) -> grpc.aio.Server:
     """Bind ``host:port`` (0 picks a free port), start serving and return the started server.
 
@@ -41,7 +45,8 @@ async def start_grpc_server(
     settings' LimitSettings) bound the streams per connection, tensor shapes and error messages. Stop the server
     with ``await server.stop(grace_s)``. Raises OSError when the address cannot be bound.
     ``interceptors`` run before every handler (servelab.frontends.auth's door); ``credentials`` (from
-    ``grpc.ssl_server_credentials``) serve TLS instead of plain text.
+    ``grpc.ssl_server_credentials``) serve TLS instead of plain text. TF Serving's PredictionService
+    and ModelService share the port; ``tfserving`` (a served TF Serving config) takes config reloads.
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive; got {max_message_bytes}")
@@ -57,6 +62,9 @@ async def start_grpc_server(
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane, limits=limits), server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(dataplane), server)
+    tfs.prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionServicer(dataplane, max_elements=max_message_bytes), server)
+    tfs.model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(dataplane, tfserving), server)
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
         if credentials is None:

@@ -1,14 +1,18 @@
-"""TensorFlow Serving's REST API over the same data plane: model status, metadata and predict.
+"""TensorFlow Serving's REST API over the same data plane: status, metadata, predict, classify, regress.
 
-- ``GET /v1/models/{m}[/versions/{v}]``: ``model_version_status`` for every (or that) version.
-- ``GET /v1/models/{m}[/versions/{v}]/metadata``: a ``serving_default`` signature_def built from the
-  model's inputs and outputs (dtype ``DT_*``, dims as strings, -1 variable).
-- ``POST /v1/models/{m}[/versions/{v}]:predict``: row format ``{"instances": [...]}`` (one entry per
-  example: a value for a single-input model, else ``{input: value}``) answered with ``predictions``;
-  columnar ``{"inputs": value | {input: value}}`` answered with ``outputs``. ``signature_name`` may be
-  ``serving_default`` (or absent). Binary values are ``{"b64": "..."}``; BYTES outputs whose names end
-  in ``_bytes`` come back as ``{"b64": ...}``, others as UTF-8 text. Version labels are not supported.
-Errors are ``{"error": "..."}`` as in TF Serving.
+``/v1/models/{m}[/versions/{v}|/labels/{l}]`` then:
+
+- ``GET``: ``model_version_status`` of every (or that) version; ``GET .../metadata``: the
+  ``signature_def`` of every signature (TF Serving's GetModelMetadata as JSON).
+- ``POST ...:predict``: row format ``{"instances": [...]}`` (one entry per example: a value for a
+  single-input signature, else ``{input: value}``) answered with ``predictions``; columnar
+  ``{"inputs": value | {input: value}}`` answered with ``outputs``. Binary values are
+  ``{"b64": "..."}``; DT_STRING outputs whose names end in ``_bytes`` come back as ``{"b64": ...}``.
+- ``POST ...:classify`` / ``:regress``: ``{"examples": [{feature: value}], "context": {...}}`` answered
+  with ``{"results": [[[label, score], ...], ...]}`` / ``{"results": [value, ...]}``.
+
+``signature_name`` picks the signature (default ``serving_default``). Errors are ``{"error": "..."}``
+as in TF Serving. The translation shared with the gRPC services is :mod:`servelab.frontends.tfserving`.
 """
 
 from __future__ import annotations
@@ -17,170 +21,180 @@ import base64
 from typing import Any
 
 import numpy as np
+from google.protobuf import json_format
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from servelab.config.settings import LimitSettings
-from servelab.errors import InvalidArgument, NotFound, Unsupported
+from servelab.errors import InvalidArgument, NotFound
 from servelab.frontends.rest._body import off_loop_if_large, read_body
 from servelab.frontends.rest._common import dataplane, json_response, settings
 from servelab.frontends.rest._oip_codec import parse_json_object
 from servelab.frontends.rest._values import tensor_from_value
-from servelab.types import DataType, InferRequest, InferResponse, Tensor
+from servelab.frontends.tfserving import (
+    Catalog,
+    SignatureView,
+    Target,
+    classify,
+    predict,
+    regress,
+)
+from servelab.frontends.tfserving.examples import examples_from_json
+from servelab.trust import check_version
+from servelab.types import DataType
 
 __all__ = ["routes"]
 
-SIGNATURE = "serving_default"
-_TF_DTYPES = {
-    DataType.BOOL: "DT_BOOL", DataType.UINT8: "DT_UINT8", DataType.UINT16: "DT_UINT16",
-    DataType.UINT32: "DT_UINT32", DataType.UINT64: "DT_UINT64", DataType.INT8: "DT_INT8",
-    DataType.INT16: "DT_INT16", DataType.INT32: "DT_INT32", DataType.INT64: "DT_INT64",
-    DataType.FP16: "DT_HALF", DataType.FP32: "DT_FLOAT", DataType.FP64: "DT_DOUBLE",
-    DataType.BF16: "DT_BFLOAT16", DataType.BYTES: "DT_STRING",
-}
-_STATES = {"READY": "AVAILABLE", "LOADING": "LOADING", "UNLOADING": "UNLOADING", "UNAVAILABLE": "END"}
+_VERBS = ("predict", "classify", "regress")
 
 
-def _parse_path(path: str) -> tuple[str, str, str]:
-    """``m[/versions/v][/metadata|:verb]`` -> (model, version, action)."""
+def _catalog(request: Request) -> Catalog:
+    """The app's catalog, made on first use (it only caches parsed configs of the data plane)."""
+    state = request.app.state
+    catalog: Catalog | None = getattr(state, "tfserving_catalog", None)
+    if catalog is None:
+        catalog = state.tfserving_catalog = Catalog(dataplane(request))
+    return catalog
+
+
+def _parse_path(path: str) -> tuple[str, str, str, str]:
+    """``m[/versions/v|/labels/l][/metadata|:verb]`` -> (model, version, label, action)."""
     action = ""
     if ":" in path:
         path, _, action = path.rpartition(":")
     parts = path.split("/")
     if parts and parts[-1] == "metadata" and not action:
         action, parts = "metadata", parts[:-1]
-    if len(parts) == 3 and parts[1] == "labels":
-        raise NotFound(f"version labels are not supported (asked for label {parts[2]!r}); use /versions/<n>")
-    if len(parts) == 3 and parts[1] == "versions":
-        return parts[0], parts[2], action
     if len(parts) == 1 and parts[0]:
-        return parts[0], "", action
-    raise NotFound(f"no route for /v1/models/{path}; expected /v1/models/<name>[/versions/<n>][/metadata|:predict]")
+        return parts[0], "", "", action
+    if len(parts) == 3 and parts[1] == "versions" and parts[2]:
+        return parts[0], check_version(parts[2]), "", action
+    if len(parts) == 3 and parts[1] == "labels" and parts[2]:
+        return parts[0], "", parts[2], action
+    raise NotFound(f"no route for /v1/models/{path}; expected "
+                   "/v1/models/<name>[/versions/<n>|/labels/<label>][/metadata|:predict|:classify|:regress]")
 
 
 async def get_model(request: Request) -> Response:
-    name, version, action = _parse_path(request.path_params["path"])
+    name, version, label, action = _parse_path(request.path_params["path"])
+    catalog = _catalog(request)
     if action == "metadata":
-        return json_response(_metadata(request, name, version))
+        return json_response(_metadata(catalog, name, version, label))
     if action:
-        raise NotFound(f"GET does not take ':{action}'; POST to :predict")
-    rows = [r for r in dataplane(request).repository_index() if r["name"] == name]
-    if version:
-        rows = [r for r in rows if r["version"] == version]
-    if not rows:
-        raise NotFound(f"Servable not found for request: {'Specific(' + name + ', ' + version + ')' if version else 'Latest(' + name + ')'}")
+        raise NotFound(f"GET does not take ':{action}'; POST to :predict, :classify or :regress")
     status = [
-        {
-            "version": r["version"] or "0",
-            "state": _STATES.get(r["state"], "UNKNOWN"),
-            "status": {"error_code": "OK" if r["state"] == "READY" else "UNAVAILABLE", "error_message": r["reason"]},
-        }
-        for r in rows
+        {"version": str(s.version), "state": s.state,
+         "status": {"error_code": s.error_code, "error_message": s.error_message}}
+        for s in catalog.status(name, version, label)
     ]
     return json_response({"model_version_status": status})
 
 
-def _tensor_info(meta: dict[str, Any]) -> dict[str, Any]:
-    dims = [{"size": str(d), "name": ""} for d in meta["shape"]]
-    return {"dtype": _TF_DTYPES[DataType(meta["datatype"])], "tensor_shape": {"dim": dims, "unknown_rank": False},
-            "name": meta["name"]}
-
-
-def _metadata(request: Request, name: str, version: str) -> dict[str, Any]:
-    meta = dataplane(request).model_metadata(name, version)
-    signature = {
-        "inputs": {m["name"]: _tensor_info(m) for m in meta["inputs"]},
-        "outputs": {m["name"]: _tensor_info(m) for m in meta["outputs"]},
-        "method_name": "tensorflow/serving/predict",
-    }
+def _metadata(catalog: Catalog, name: str, version: str, label: str) -> dict[str, Any]:
+    version = catalog.version(name, version, label)
+    signatures = catalog.signature_def_map(name, version)
     return {
-        "model_spec": {"name": name, "signature_name": "", "version": version or meta["versions"][-1]},
-        "metadata": {"signature_def": {"signature_def": {SIGNATURE: signature}}},
+        "model_spec": {"name": name, "signature_name": "", "version": version},
+        "metadata": {"signature_def": json_format.MessageToDict(
+            signatures, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)},
     }
 
 
-def _row_inputs(instances: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+async def post_model(request: Request) -> Response:
+    name, version, label, action = _parse_path(request.path_params["path"])
+    if action not in _VERBS:
+        raise NotFound(f"POST needs ':predict', ':classify' or ':regress' after the model (got {request.url.path})")
+    limits = settings(request).limits
+    raw = await read_body(request, limits.max_body_bytes)
+    body = await off_loop_if_large(len(raw), limits.offload_decode_bytes, parse_json_object, raw, f"{action} request")
+    signature = body.get("signature_name") or ""
+    if not isinstance(signature, str):
+        raise InvalidArgument(f"'signature_name' must be a string; got {type(signature).__name__}")
+    catalog = _catalog(request)
+    target = catalog.resolve(name, version, label, signature)
+    if action == "predict":
+        return json_response(await _predict(catalog, target, body, limits, len(raw)))
+    examples = examples_from_json(body)
+    if action == "classify":
+        _, classes = await classify(catalog, target, examples)
+        return json_response({"results": [[[label_, score] for label_, score in row] for row in classes]})
+    _, values = await regress(catalog, target, examples)
+    return json_response({"results": values})
+
+
+async def _predict(
+    catalog: Catalog, target: Target, body: dict[str, Any], limits: LimitSettings, size: int
+) -> dict[str, Any]:
+    if ("instances" in body) == ("inputs" in body):
+        raise InvalidArgument("the request must have exactly one of 'instances' (row format) or 'inputs' (columnar)")
+    row = "instances" in body
+    # a large body converts in a worker thread, as it was parsed: the loop stays free for small requests
+    arrays = await off_loop_if_large(size, limits.offload_decode_bytes, _arrays, body, target.signature, row, limits)
+    _, outputs = await predict(catalog, target, arrays)
+    return _predictions(outputs, row)
+
+
+def _arrays(body: dict[str, Any], sig: SignatureView, row: bool, limits: LimitSettings) -> dict[str, np.ndarray]:
+    """The signature's input arrays from a predict body, shapes checked against the limits."""
+    values = _row_inputs(body["instances"], sig) if row else _columnar_inputs(body["inputs"], sig)
+    return {key: tensor_from_value(key, sig.inputs[key].datatype, value, limits).data for key, value in values.items()}
+
+
+def _row_inputs(instances: Any, sig: SignatureView) -> dict[str, Any]:
     if not isinstance(instances, list) or not instances:
         raise InvalidArgument("'instances' must be a non-empty list with one entry per example")
-    names = [m["name"] for m in inputs]
+    names = sorted(sig.inputs)
     if all(isinstance(i, dict) and "b64" not in i for i in instances):
         columns: dict[str, list[Any]] = {n: [] for n in names}
         for k, inst in enumerate(instances):
             if set(inst) != set(names):
-                raise InvalidArgument(f"instances[{k}] has keys {sorted(inst)}; expected the inputs {sorted(names)}")
+                raise InvalidArgument(f"instances[{k}] has keys {sorted(inst)}; expected the inputs {names}")
             for n in names:
                 columns[n].append(inst[n])
         return columns
     if len(names) != 1:
-        raise InvalidArgument(f"the model has inputs {names}: each instance must be an object naming them")
+        raise InvalidArgument(f"signature {sig.key!r} has inputs {names}: each instance must be an object naming them")
     return {names[0]: instances}
 
 
-def _columnar_inputs(value: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-    names = [m["name"] for m in inputs]
+def _columnar_inputs(value: Any, sig: SignatureView) -> dict[str, Any]:
+    names = sorted(sig.inputs)
     if isinstance(value, dict) and "b64" not in value:
         if set(value) != set(names):
-            raise InvalidArgument(f"'inputs' has keys {sorted(value)}; expected the inputs {sorted(names)}")
+            raise InvalidArgument(f"'inputs' has keys {sorted(value)}; expected the inputs {names}")
         return value
     if len(names) != 1:
-        raise InvalidArgument(f"the model has inputs {names}: 'inputs' must be an object naming them")
+        raise InvalidArgument(f"signature {sig.key!r} has inputs {names}: 'inputs' must be an object naming them")
     return {names[0]: value}
 
 
-def _out_value(t: Tensor) -> Any:
-    if t.datatype is DataType.BYTES:
-        flat = [
-            {"b64": base64.b64encode(b).decode()} if t.name.endswith("_bytes") else b.decode("utf-8", "replace")
-            for b in t.data.reshape(-1)
-        ]
-        return np.array(flat, dtype=object).reshape(t.data.shape).tolist()
-    if t.datatype in (DataType.FP16, DataType.BF16):
-        return t.data.astype(np.float32)
-    return t.data
+def _out_value(name: str, array: np.ndarray) -> Any:
+    if array.dtype == object:
+        as_b64 = name.endswith("_bytes")
+        flat = [{"b64": base64.b64encode(b).decode()} if as_b64 else b.decode("utf-8", "replace")
+                for b in array.reshape(-1)]
+        return np.array(flat, dtype=object).reshape(array.shape).tolist()
+    if DataType.from_numpy(array.dtype) in (DataType.FP16, DataType.BF16):
+        return array.astype(np.float32)
+    return array
 
 
-def _predictions(response: InferResponse, row: bool) -> dict[str, Any]:
-    values = {t.name: _out_value(t) for t in response.outputs}
+def _predictions(outputs: dict[str, np.ndarray], row: bool) -> dict[str, Any]:
+    values = {name: _out_value(name, array) for name, array in outputs.items()}
     if not row:
         return {"outputs": next(iter(values.values())) if len(values) == 1 else values}
     if len(values) == 1:
         return {"predictions": next(iter(values.values()))}
-    rows = min(len(v) for v in values.values())
+    batch = {name: len(array) if np.ndim(array) else 0 for name, array in outputs.items()}
+    if len(set(batch.values())) != 1 or 0 in batch.values():
+        raise InvalidArgument(f"outputs have different batch sizes {batch}: ask in columnar format ('inputs')")
+    rows = next(iter(batch.values()))
     return {"predictions": [{n: v[i] for n, v in values.items()} for i in range(rows)]}
-
-
-async def predict(request: Request) -> Response:
-    name, version, action = _parse_path(request.path_params["path"])
-    if action in ("classify", "regress"):
-        raise Unsupported(f":{action} is not supported; use :predict")
-    if action != "predict":
-        raise NotFound(f"POST needs ':predict' after the model (got {request.url.path})")
-    limits = settings(request).limits
-    raw = await read_body(request, limits.max_body_bytes)
-    dp = dataplane(request)
-    meta = dp.model_metadata(name, version)
-    tensors, row = await off_loop_if_large(len(raw), limits.offload_decode_bytes, _decode, raw, meta, limits)
-    response = await dp.infer_async(InferRequest(name, tensors, version))
-    return json_response(_predictions(response, row))
-
-
-def _decode(raw: bytes | bytearray, meta: dict[str, Any], limits: LimitSettings) -> tuple[list[Tensor], bool]:
-    """(input tensors, row format?) of a predict body."""
-    body = parse_json_object(raw, "predict request")
-    signature = body.get("signature_name", SIGNATURE)
-    if signature not in (SIGNATURE, ""):
-        raise InvalidArgument(f"unknown signature_name {signature!r:.80}; this model has only {SIGNATURE!r}")
-    if ("instances" in body) == ("inputs" in body):
-        raise InvalidArgument("the request must have exactly one of 'instances' (row format) or 'inputs' (columnar)")
-    row = "instances" in body
-    values = _row_inputs(body["instances"], meta["inputs"]) if row else _columnar_inputs(body["inputs"], meta["inputs"])
-    types = {m["name"]: DataType(m["datatype"]) for m in meta["inputs"]}
-    return [tensor_from_value(n, types[n], v, limits) for n, v in values.items()], row
 
 
 def routes() -> list[BaseRoute]:
     return [
         Route("/v1/models/{path:path}", get_model, methods=["GET"]),
-        Route("/v1/models/{path:path}", predict, methods=["POST"]),
+        Route("/v1/models/{path:path}", post_model, methods=["POST"]),
     ]
