@@ -64,6 +64,8 @@ class ServerProcess:
     ca: Path | None = None
     #: (certificate, key) presented to a server that asks for client certificates (mutual TLS)
     client_cert: tuple[Path, Path] | None = None
+    #: extra environment variables of the server process
+    env: dict[str, str] = field(default_factory=dict)
     _signals: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue, repr=False)
     _reader: threading.Thread | None = field(default=None, repr=False)
 
@@ -112,14 +114,18 @@ class ServerProcess:
             raise
         return self
 
+    def target_args(self) -> list[str]:
+        """What the server serves: the repository folder (subclasses serve other sources)."""
+        return [str(self.repository)]
+
     def launch(self) -> ServerProcess:
         """Start the process without waiting for it (for servers a test expects to refuse to start)."""
         cmd = [
-            sys.executable, "-m", "servelab.cli", "serve", str(self.repository), "--host", self.host,
+            sys.executable, "-m", "servelab.cli", "serve", *self.target_args(), "--host", self.host,
             "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--management-port", "0",
             "--max-body-bytes", str(MAX_BODY_BYTES), "--exit-timeout-secs", "15", *self.extra_args,
         ]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **self.env}
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         self._reader = threading.Thread(target=self._copy_output, name=f"log-{self.log_path.stem}", daemon=True)
         self._reader.start()

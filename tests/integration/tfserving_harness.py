@@ -9,16 +9,13 @@ is gone in TF 2.21). Version v scales the weights by v, so every version answers
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import HOST, MAX_BODY_BYTES, ServerProcess, free_ports
+from conftest import ServerProcess
 
 WEIGHTS = np.array([[1.0, -1.0], [0.5, 0.25], [-2.0, 1.0]], np.float32)
 BIAS = np.array([0.1, -0.2], np.float32)
@@ -102,18 +99,9 @@ BATCHING = textwrap.dedent("""\
 
 @dataclass
 class TfServingServer(ServerProcess):
-    """`servelab serve --tfserving-config CONFIG` (no repository folder) on free ports of 127.0.0.1."""
+    """`servelab serve --tfserving-config CONFIG` (``repository`` is the config file, no repository folder)."""
 
-    def start(self) -> TfServingServer:
-        self.http_port, self.grpc_port, self.metrics_port, self.management_port = free_ports(4)
-        cmd = [
-            sys.executable, "-m", "servelab.cli", "serve", "--tfserving-config", str(self.repository),
-            "--host", HOST, "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-            "--metrics-port", str(self.metrics_port), "--management-port", str(self.management_port),
-            "--max-body-bytes", str(MAX_BODY_BYTES), "--exit-timeout-secs", "15", *self.extra_args,
-        ]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self.wait_ready()
-        return self
+    env: dict[str, str] = field(default_factory=lambda: {"TF_CPP_MIN_LOG_LEVEL": "2"})
+
+    def target_args(self) -> list[str]:
+        return ["--tfserving-config", str(self.repository)]
