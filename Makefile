@@ -60,6 +60,8 @@ bench: $(STAMP) $(REPO)/.built
 	$(PY) benchmarks/soak.py
 	$(VENV)/bin/servelab compare mlp --repo $(REPO) --targets servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver,mlserver@grpc --batch-sizes 1,32 --concurrency 8 --baseline inprocess-ort --output benchmarks/results/compare.json --html out/compare.html --results-md benchmarks/RESULTS.md
 	$(PY) benchmarks/vs_triton.py
+	$(PY) benchmarks/ray_overhead.py
+	$(PY) benchmarks/select_vs_exhaustive.py
 	test -f out/graphs/g1m/manifest.json || $(VENV)/bin/servelab graph synth --nodes 1000000 --out out/graphs/g1m
 	$(PY) benchmarks/graph_sampler.py --graph-dir out/graphs/g1m
 	test -f out/models/sage/meta.json || $(VENV)/bin/servelab graph train out/graphs/g1m --out out/models/sage

@@ -31,6 +31,7 @@ import ray
 
 from servelab.bench import InputSpec, LoadSpec, TargetSpec, run_sweep
 from servelab.bench.net import free_ports, http_status, wait_until
+from servelab.bench.results_md import write_section
 from servelab.config.settings import ServerSettings
 from servelab.deploy import ray_deploy
 
@@ -113,23 +114,10 @@ def _note(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def _write_section(path: Path, name: str, body: str) -> None:
-    """Replace (or append) the text between ``<!-- BEGIN name -->`` and ``<!-- END name -->``."""
-    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
-    text = path.read_text() if path.exists() else ""
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    if begin in text and end in text:
-        head, _, rest = text.partition(begin)
-        _, _, tail = rest.partition(end)
-        text = head + block + tail
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
-
-
-def _markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This script's section of RESULTS.md, from the JSON it wrote."""
+    rows, meta = doc["rows"], doc["meta"]
     return (
-        "## Ray Serve overhead (`benchmarks/ray_overhead.py`)\n\n"
         f"`simple` (ONNX, INT32 [1, 16]), batch 1, OIP REST binary, closed loop, servelab's load generator; "
         f"median of {meta['rounds']} alternating rounds; {meta['cpus']} cores, {meta['platform']}.\n\n"
         + _table(rows) + "\n\n" + _note(rows) + "\n"
@@ -143,7 +131,8 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=2000, help="measurement window")
     parser.add_argument("--max-windows", type=int, default=6)
     parser.add_argument("--warmup-requests", type=int, default=50)
-    parser.add_argument("--no-results-md", action="store_true", help="do not touch benchmarks/RESULTS.md")
+    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="ray-overhead-"))
@@ -179,11 +168,12 @@ def main() -> None:
     meta = {"rounds": args.rounds, "cpus": os.cpu_count(), "platform": platform.platform(), "ray": ray.__version__,
             "interval_ms": args.interval_ms, "concurrency": args.concurrency}
     print(_table(rows))
+    doc = {"meta": meta, "rows": rows, "p50_ms_spread": {
+        f"{t} c={c}": statistics.pstdev([x["p50_ms"] for x in r]) for (t, c), r in raw.items()}}
     RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps({"meta": meta, "rows": rows, "p50_ms_spread": {
-        f"{t} c={c}": statistics.pstdev([x["p50_ms"] for x in r]) for (t, c), r in raw.items()}}, indent=2) + "\n")
-    if not args.no_results_md:
-        _write_section(RESULTS_MD, SECTION, _markdown(rows, meta))
+    RESULT.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.results_md is not None:
+        write_section(args.results_md, SECTION, results_markdown(doc))
     shutil.rmtree(tmp, ignore_errors=True)
 
 

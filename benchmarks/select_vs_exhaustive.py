@@ -31,6 +31,7 @@ from servelab.advisor.grid import Batching, parse_batching  # noqa: E402
 from servelab.advisor.matrix import Constraints  # noqa: E402
 from servelab.advisor.select import SelectResult, SelectSpec, run_select  # noqa: E402
 from servelab.advisor.wire import MeasureSettings  # noqa: E402
+from servelab.bench.results_md import write_section  # noqa: E402
 from servelab.convert.pipeline import ConvertSpec, convert  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "select_vs_exhaustive.json"
@@ -127,10 +128,12 @@ def _verdict(row: dict[str, Any]) -> str:
     return "PASS" if ok else "FAIL"
 
 
-def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def results_markdown(doc: dict[str, Any]) -> str:
+    """This script's section of RESULTS.md, from the JSON it wrote."""
+    rows, settings = doc["rows"], doc["settings"]
     lines = [
-        f"## servelab select vs an exhaustive sweep (`python benchmarks/select_vs_exhaustive.py --rounds {args.rounds} "
-        f"--window-ms {args.window_ms}`)", "",
+        f"Run as `python benchmarks/select_vs_exhaustive.py --rounds {settings['rounds']} --window-ms {settings['window_ms']}`.",
+        "",
         "Same converted artefacts and grid for both; ranked by the highest request rate with P99 within the SLA; rounds "
         "alternate which runs first. Bars: pick within 5% of the exhaustive best, at most 25% of the grid measured, "
         "select under 15 minutes; credit: P99 < 50 ms at 1,000 req/s over REST.", "",
@@ -144,19 +147,6 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{r['best_rate']:,.0f} | {(r['pick_over_best'] or 0):.3f} | {r['rest_best_rate']:,.0f} | {_verdict(r)} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, name: str, body: str) -> None:
-    """Replace the text between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` (appended when absent)."""
-    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
-    text = path.read_text() if path.exists() else ""
-    block = f"{begin}\n{body}{end}"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def main() -> None:
@@ -177,6 +167,8 @@ def main() -> None:
     parser.add_argument("--inprocess-s", type=float, default=0.5)
     parser.add_argument("--smoke", action="store_true", help="tiny grid and windows: checks the script runs")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
+    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     args = parser.parse_args()
     if args.smoke:
         args = replace_args(args, window_ms=150, max_windows=3, warmup=5, concurrency=4, rate_steps=1, batching="off,8:200",
@@ -199,12 +191,15 @@ def main() -> None:
             row = {"round": rnd, "convert_s": convert_s, **_compare(case, runs[False], runs[True])}
             row["select_with_convert_s"] = row["select_s"] + convert_s
             rows.append(row)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2, default=str))
-    body = _markdown(rows, args)
+    doc = json.loads(json.dumps({"settings": vars(args) | {"out": str(args.out)}, "rows": rows}, default=str))
+    body = results_markdown(doc)
     print(body)
-    if not args.smoke:
-        write_section(RESULTS_MD, SECTION, body)
+    if args.smoke:  # a smoke run checks that the script runs: its figures are not results
+        return
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.results_md is not None:
+        write_section(args.results_md, SECTION, body)
 
 
 def replace_args(args: argparse.Namespace, **changes: Any) -> argparse.Namespace:

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from servelab.config.settings import LimitSettings
 from servelab.errors import ServelabError
 from servelab.frontends.rest import tfserving, torchserve
+from servelab.frontends.tfserving.catalog import InputView, SignatureView
+from servelab.protocol import tfserving as tfs
 from servelab.types import DataType
 
 LIMITS = LimitSettings(max_tensor_elements=4096, max_tensor_rank=6)
@@ -61,6 +63,12 @@ def bodies(draw: st.DrawFn, meta: dict[str, Any]) -> bytes:
     return json.dumps(body).encode()
 
 
+def _signature(meta: dict[str, Any]) -> SignatureView:
+    """The TF Serving view of a model described by its metadata (one signature, not batched)."""
+    inputs = {t["name"]: InputView(DataType(t["datatype"]), tuple(t["shape"]), False) for t in meta["inputs"]}
+    return SignatureView("serving_default", "m", tfs.meta_graph_pb2.SignatureDef(), inputs, False)
+
+
 def _decodes_or_refuses(fn: Any, *args: Any) -> None:
     started = time.perf_counter()
     with contextlib.suppress(ServelabError):
@@ -72,7 +80,7 @@ def _decodes_or_refuses(fn: Any, *args: Any) -> None:
 @given(data=st.data())
 def test_tfserving_predict_bodies_decode_or_refuse(data: st.DataObject) -> None:
     meta = data.draw(metas())
-    _decodes_or_refuses(tfserving._decode, data.draw(bodies(meta)), meta, LIMITS)
+    _decodes_or_refuses(tfserving._decode_predict, data.draw(bodies(meta)), _signature(meta), LIMITS)
 
 
 @FUZZ
@@ -89,4 +97,4 @@ def test_deep_nesting_is_invalid_argument_not_recursion(depth: int) -> None:
     with pytest.raises(ServelabError):
         torchserve._decode(body, "application/json", meta, "m", LIMITS)
     with pytest.raises(ServelabError):
-        tfserving._decode(b'{"inputs": ' + body + b"}", meta, LIMITS)
+        tfserving._decode_predict(b'{"inputs": ' + body + b"}", _signature(meta), LIMITS)

@@ -126,19 +126,27 @@ async def post_model(request: Request) -> Response:
 async def _predict(
     catalog: Catalog, target: Target, body: dict[str, Any], limits: LimitSettings, size: int
 ) -> dict[str, Any]:
-    if ("instances" in body) == ("inputs" in body):
-        raise InvalidArgument("the request must have exactly one of 'instances' (row format) or 'inputs' (columnar)")
-    row = "instances" in body
     # a large body converts in a worker thread, as it was parsed: the loop stays free for small requests
-    arrays = await off_loop_if_large(size, limits.offload_decode_bytes, _arrays, body, target.signature, row, limits)
+    arrays, row = await off_loop_if_large(size, limits.offload_decode_bytes, _predict_arrays, body, target.signature, limits)
     _, outputs = await predict(catalog, target, arrays)
     return _predictions(outputs, row)
 
 
-def _arrays(body: dict[str, Any], sig: SignatureView, row: bool, limits: LimitSettings) -> dict[str, np.ndarray]:
-    """The signature's input arrays from a predict body, shapes checked against the limits."""
+def _decode_predict(raw: bytes, sig: SignatureView, limits: LimitSettings) -> tuple[dict[str, np.ndarray], bool]:
+    """A predict body as the signature's input arrays, and whether it was the row format."""
+    return _predict_arrays(parse_json_object(raw, "predict request"), sig, limits)
+
+
+def _predict_arrays(
+    body: dict[str, Any], sig: SignatureView, limits: LimitSettings
+) -> tuple[dict[str, np.ndarray], bool]:
+    """(the signature's input arrays, row format?) of a parsed predict body, shapes checked against the limits."""
+    if ("instances" in body) == ("inputs" in body):
+        raise InvalidArgument("the request must have exactly one of 'instances' (row format) or 'inputs' (columnar)")
+    row = "instances" in body
     values = _row_inputs(body["instances"], sig) if row else _columnar_inputs(body["inputs"], sig)
-    return {key: tensor_from_value(key, sig.inputs[key].datatype, value, limits).data for key, value in values.items()}
+    arrays = {key: tensor_from_value(key, sig.inputs[key].datatype, value, limits).data for key, value in values.items()}
+    return arrays, row
 
 
 def _row_inputs(instances: Any, sig: SignatureView) -> dict[str, Any]:
