@@ -1,4 +1,5 @@
-"""`servelab serve REPO [REPO...]`: every front-end on one event loop, with Triton's flag names.
+"""`servelab serve REPO [REPO...]` (or Triton's `--model-repository REPO`, repeatable): every front-end on
+one event loop, with Triton's flag names.
 
 Precedence: flags > SERVELAB_* environment variables > ``--settings FILE`` (JSON) > defaults.
 Exit status: 0 after a clean SIGTERM/SIGINT, 2 for bad settings or a port that cannot be bound.
@@ -40,7 +41,8 @@ def _secret(value: str | None) -> SecretStr | None:
 
 
 def serve(
-    repositories: Annotated[list[Path] | None, typer.Argument(help="Model repository folders (or --tfserving-config).", show_default=False)] = None,
+    repositories: Annotated[list[Path] | None, typer.Argument(help="Model repository folders (or --model-repository, or --tfserving-config).", show_default=False)] = None,
+    model_repository: Annotated[list[Path] | None, typer.Option("--model-repository", "--model-store", help="Model repository folder, Triton's flag (repeatable; adds to the folders given as arguments).")] = None,
     http_port: Annotated[int | None, typer.Option("--http-port", help="OIP REST, TF Serving, TorchServe inference [8000]; 0 = free port.")] = None,
     grpc_port: Annotated[int | None, typer.Option("--grpc-port", help="OIP gRPC [8001].")] = None,
     metrics_port: Annotated[int | None, typer.Option("--metrics-port", help="Prometheus /metrics [8002].")] = None,
@@ -88,7 +90,7 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = build_settings(
-            repositories or [],
+            [*(repositories or []), *(model_repository or [])],
             settings_file,
             http_port=http_port,
             grpc_port=grpc_port,
