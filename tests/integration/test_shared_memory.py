@@ -141,7 +141,7 @@ def test_a_region_registered_over_http_serves_grpc(server: ServerProcess, region
 
 def test_bad_regions_and_slices_are_refused_with_triton_texts(client: tuple[ModuleType, Any], regions: Regions) -> None:
     module, c = client
-    h, key = regions.create("bad", 2 * NBYTES)
+    _, key = regions.create("bad", 2 * NBYTES)
     with pytest.raises(InferenceServerException, match="Unable to open shared memory region: '/servelab-no-such"):
         c.register_system_shared_memory("x", "/servelab-no-such-object", 16)
     with pytest.raises(InferenceServerException, match="names an object in /dev/shm only"):

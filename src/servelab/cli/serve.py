@@ -51,6 +51,7 @@ def serve(
     model_control_mode: Annotated[str | None, typer.Option("--model-control-mode", help="none | explicit | poll.")] = None,
     load_model: Annotated[list[str] | None, typer.Option("--load-model", help="Model to load at start (repeatable; '*' = all).")] = None,
     repository_poll_secs: Annotated[float | None, typer.Option("--repository-poll-secs", help="Poll interval in poll mode.")] = None,
+    strict_readiness: Annotated[str | None, typer.Option("--strict-readiness", help="true | false: ready only when every start-up model loaded (Triton's flag) [true].")] = None,
     exit_timeout_s: Annotated[float | None, typer.Option("--exit-timeout-secs", help="How long SIGTERM waits for in-flight requests.")] = None,
     max_body_bytes: Annotated[int | None, typer.Option("--max-body-bytes", help="Largest request body (413 above).")] = None,
     request_timeout_s: Annotated[float | None, typer.Option("--request-timeout-s", help="Server-side time limit per request.")] = None,
@@ -100,6 +101,7 @@ def serve(
             model_control_mode=model_control_mode,
             load_models=load_model or None,
             repository_poll_secs=repository_poll_secs,
+            strict_readiness=strict_readiness,
             exit_timeout_s=exit_timeout_s,
             allow_custom_backends=allow_custom_backends or None,
             limits={
