@@ -19,6 +19,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as client_shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor, serialized_byte_size
 
+from harness.clients import infer_input
 from harness.servers import ServerProcess
 
 PROTOCOLS = {"http": (httpclient, "http_address"), "grpc": (grpcclient, "grpc_address")}
@@ -166,14 +167,8 @@ def test_bad_regions_and_slices_are_refused_with_triton_texts(client: tuple[Modu
     outputs[0].set_shared_memory("bad", 8)
     with pytest.raises(InferenceServerException, match=r"output 'OUTPUT0' \(8 bytes\) should be at least 64 bytes"):
         c.infer("simple", inputs, outputs=outputs)
-    result = c.infer("simple", [_plain(module, "INPUT0", A), _plain(module, "INPUT1", B)])  # still serving
+    result = c.infer("simple", [infer_input(module, "INPUT0", A), infer_input(module, "INPUT1", B)])  # still serving
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
-
-
-def _plain(module: ModuleType, name: str, array: np.ndarray) -> Any:
-    inp = module.InferInput(name, list(array.shape), "INT32")
-    inp.set_data_from_numpy(array)
-    return inp
 
 
 def test_cuda_shared_memory_is_unsupported_but_its_status_and_unregister_answer(client: tuple[ModuleType, Any]) -> None:

@@ -17,6 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from harness.clients import infer_input
 from harness.repository import onnx_echo
 from harness.servers import ServerProcess, running_server
 
@@ -36,12 +37,6 @@ def explicit(request: pytest.FixtureRequest, explicit_server: ServerProcess) -> 
     module, address = PROTOCOLS[request.param]
     with module.InferenceServerClient(getattr(explicit_server, address)) as c:
         yield module, c
-
-
-def _plain(module: ModuleType, name: str, array: np.ndarray) -> Any:
-    inp = module.InferInput(name, list(array.shape), "INT32")
-    inp.set_data_from_numpy(array)
-    return inp
 
 
 def test_server_metadata_lists_only_what_is_implemented(client: tuple[ModuleType, Any]) -> None:
@@ -98,7 +93,7 @@ def _message(call: Any, *args: Any, **kwargs: Any) -> str:
 def test_triton_texts_for_unknown_models(client: tuple[ModuleType, Any]) -> None:
     module, c = client
     assert _message(c.get_model_metadata, "nope").startswith("Request for unknown model: 'nope' is not found")
-    assert _message(c.infer, "nope", [_plain(module, "INPUT0", A)]).startswith(
+    assert _message(c.infer, "nope", [infer_input(module, "INPUT0", A)]).startswith(
         "Request for unknown model: 'nope' is not found")  # fmt: skip
     assert _message(c.get_model_metadata, "simple", "7").startswith(
         "Request for unknown model: 'simple' version 7 is not found")  # fmt: skip

@@ -37,7 +37,7 @@ from servelab.core.workers import WorkerPool
 from servelab.frontends.auth import build_door, grpc_interceptors, grpc_server_credentials, http_ssl_options
 from servelab.frontends.http_protocol import bounded_protocol
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
-from servelab.frontends.shared_memory import SystemSharedMemory
+from servelab.frontends.shared_memory import SharedMemory
 from servelab.frontends.watchdog import watch_loop
 from servelab.metrics import ServerMetrics
 from servelab.repository import ModelRepository
@@ -103,7 +103,7 @@ class Server:
             strict_readiness=settings.strict_readiness,
         )
         #: system shared-memory regions clients register; one set for the REST and gRPC ports
-        self.shared_memory = SystemSharedMemory()
+        self.shared_memory = SharedMemory()
         #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
         self.metrics = ServerMetrics(self.metrics_registry, self.registry)
         self.torchserve_defaults: dict[str, str] = {}

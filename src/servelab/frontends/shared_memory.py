@@ -13,10 +13,11 @@ pass :func:`servelab.trust.check_shm_key` (one name in /dev/shm, no ``/`` or ``.
 opened with ``O_NOFOLLOW`` and must be a regular file, so a client cannot have the server map any other
 file. Messages keep Triton's wording where tools match on it (``Unable to find shared memory region``).
 
-The registry belongs to one server and is shared by its REST and gRPC front-ends: a region registered
-over HTTP can be used over gRPC. It lives in the front-end layer because shared memory is a way of
-carrying tensor bytes, like the binary extension: the data plane only ever sees numpy arrays.
-CUDA shared memory is not offered: there is no GPU runtime in this server (see :data:`CUDA_UNSUPPORTED`).
+:class:`SharedMemory` (system regions plus the CUDA ones of :mod:`servelab.frontends.cuda_shared_memory`)
+belongs to one server and is shared by its REST and gRPC front-ends: a region registered over HTTP can be
+used over gRPC, and a tensor's region name is looked up in both, as in Triton. It lives in the front-end
+layer because shared memory is a way of carrying tensor bytes, like the binary extension: the data plane
+only ever sees numpy arrays.
 """
 
 from __future__ import annotations
@@ -31,34 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from servelab.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
+from servelab.errors import AlreadyExists, InvalidArgument, NotFound
+from servelab.frontends.cuda_shared_memory import CUDA_EXTENSION, CudaSharedMemory
 from servelab.protocol.codecs import array_from_raw, array_to_raw
 from servelab.trust import check_shm_key
 from servelab.types import DataType
 
-__all__ = [
-    "CUDA_UNSUPPORTED",
-    "EXTENSION",
-    "PARAMETER_KEYS",
-    "RegionSlice",
-    "SystemSharedMemory",
-    "cuda_unsupported",
-    "slice_from_parameters",
-]
+__all__ = ["EXTENSION", "PARAMETER_KEYS", "RegionSlice", "SharedMemory", "SystemSharedMemory", "slice_from_parameters"]
 
 EXTENSION = "system_shared_memory"
 REGION, BYTE_SIZE, OFFSET = "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"
 PARAMETER_KEYS = (REGION, BYTE_SIZE, OFFSET)
-CUDA_UNSUPPORTED = (
-    "CUDA shared memory is not supported by this server (it runs no CUDA runtime); use system shared memory "
-    "(register_system_shared_memory) or send the tensors in the request"
-)
-
-
-def cuda_unsupported() -> Unsupported:
-    return Unsupported(CUDA_UNSUPPORTED)
-
-
 @dataclass(frozen=True, slots=True)
 class RegionSlice:
     """Where one tensor lies: ``byte_size`` bytes at ``offset`` of a registered region."""
@@ -217,3 +201,30 @@ class SystemSharedMemory:
             return
         target = np.frombuffer(view, dtype=array.dtype, count=array.size).reshape(array.shape)
         np.copyto(target, array)
+
+
+class SharedMemory:
+    """The server's system and CUDA regions; inputs and outputs name a region of either kind."""
+
+    def __init__(self) -> None:
+        self.system = SystemSharedMemory()
+        self.cuda = CudaSharedMemory()
+
+    def extensions(self) -> tuple[str, ...]:
+        """The extension names to list in the server metadata: CUDA only where it can work."""
+        return (EXTENSION, CUDA_EXTENSION) if self.cuda.available else (EXTENSION,)
+
+    def read(self, where: RegionSlice, datatype: DataType, shape: tuple[int, ...], name: str) -> np.ndarray:
+        if self.cuda.has(where.region):
+            return self.cuda.read(where.region, where.offset, where.byte_size, datatype, shape, name)
+        return self.system.read(where, datatype, shape, name)
+
+    def write(self, where: RegionSlice, array: np.ndarray, datatype: DataType, name: str) -> None:
+        if self.cuda.has(where.region):
+            self.cuda.write(where.region, where.offset, where.byte_size, array, datatype, name)
+        else:
+            self.system.write(where, array, datatype, name)
+
+    def close(self) -> None:
+        self.system.close()
+        self.cuda.close()

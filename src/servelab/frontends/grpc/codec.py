@@ -18,7 +18,7 @@ import numpy as np
 from servelab.config.settings import LimitSettings
 from servelab.errors import InvalidArgument
 from servelab.frontends.shapes import check_shape
-from servelab.frontends.shared_memory import RegionSlice, SystemSharedMemory, slice_from_parameters
+from servelab.frontends.shared_memory import RegionSlice, SharedMemory, slice_from_parameters
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol.codecs import array_from_raw, array_to_raw
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
@@ -103,7 +103,7 @@ def decode_request(msg: pb.ModelInferRequest, limits: LimitSettings = _DEFAULT_L
 
 
 def decode_infer(
-    msg: pb.ModelInferRequest, limits: LimitSettings = _DEFAULT_LIMITS, shared_memory: SystemSharedMemory | None = None
+    msg: pb.ModelInferRequest, limits: LimitSettings = _DEFAULT_LIMITS, shared_memory: SharedMemory | None = None
 ) -> tuple[InferRequest, dict[str, RegionSlice]]:
     """(request, requested outputs to write into shared memory by name); errors name the tensor and what
     was expected.
@@ -159,7 +159,7 @@ def decode_infer(
 def encode_response(
     response: InferResponse,
     regions: dict[str, RegionSlice] | None = None,
-    shared_memory: SystemSharedMemory | None = None,
+    shared_memory: SharedMemory | None = None,
 ) -> pb.ModelInferResponse:
     """The wire response; outputs named in ``regions`` are written into ``shared_memory`` and keep an empty
     ``raw_output_contents`` entry, so that the entries still line up with ``outputs`` (as in Triton)."""
@@ -184,7 +184,7 @@ def encode_response(
     return msg
 
 
-def _shared(shared_memory: SystemSharedMemory | None, where: str) -> SystemSharedMemory:
+def _shared(shared_memory: SharedMemory | None, where: str) -> SharedMemory:
     if shared_memory is None:
         raise InvalidArgument(f"{where}: shared memory is not offered on this endpoint; send the data in the request")
     return shared_memory

@@ -16,7 +16,7 @@ from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
 from servelab.frontends.grpc.servicer import HealthServicer, InferenceServicer
 from servelab.frontends.grpc.tfserving_servicer import ModelServicer, PredictionServicer
-from servelab.frontends.shared_memory import SystemSharedMemory
+from servelab.frontends.shared_memory import SharedMemory
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 from servelab.protocol import health_pb2_grpc
 from servelab.protocol import tfserving as tfs
@@ -38,7 +38,7 @@ async def start_grpc_server(
     credentials: grpc.ServerCredentials | None = None,
     limits: LimitSettings | None = None,
     tfserving: TfServingRepository | None = None,
-    shared_memory: SystemSharedMemory | None = None,
+    shared_memory: SharedMemory | None = None,
 ) -> grpc.aio.Server:
     """Bind ``host:port`` (0 picks a free port), start serving and return the started server.
 

@@ -3,8 +3,8 @@
 Each method only translates protobuf to and from the data plane's types; errors are mapped by the
 :func:`~servelab.frontends.grpc.errors.rpc` decorator. Blocking repository work (load, unload) runs in
 a worker thread so the event loop keeps serving. System shared memory uses the server's regions (shared
-with its REST port); CUDA shared memory registers nothing (UNIMPLEMENTED, saying so), its status is
-empty. Log settings are real, trace settings answer "off" (:mod:`servelab.frontends.trace_logging`).
+with its REST port); CUDA shared memory needs a GPU and cuda-python (else registering is UNIMPLEMENTED,
+saying so, and its status is empty). Log settings are real, trace settings answer "off" (:mod:`servelab.frontends.trace_logging`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from servelab.frontends.grpc.settings_codec import (
     settings_from_trace,
     trace_settings_message,
 )
-from servelab.frontends.shared_memory import EXTENSION as SHARED_MEMORY_EXTENSION
-from servelab.frontends.shared_memory import SystemSharedMemory, cuda_unsupported
+from servelab.frontends.shared_memory import SharedMemory
 from servelab.frontends.trace_logging import (
     LOGGING_EXTENSION,
     LoggingSettings,
@@ -62,14 +61,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         *,
         stream_window: int = STREAM_WINDOW,
         limits: LimitSettings | None = None,
-        shared_memory: SystemSharedMemory | None = None,
+        shared_memory: SharedMemory | None = None,
     ) -> None:
         self.dataplane = dataplane
         self.stream_window = stream_window
         self.limits = limits if limits is not None else LimitSettings()
         #: the regions clients register (the server's, shared with its REST port)
-        self.shared_memory = shared_memory if shared_memory is not None else SystemSharedMemory()
-        for ext in (SHARED_MEMORY_EXTENSION, LOGGING_EXTENSION):
+        self.shared_memory = shared_memory if shared_memory is not None else SharedMemory()
+        for ext in (*self.shared_memory.extensions(), LOGGING_EXTENSION):
             if ext not in dataplane.extensions:
                 dataplane.extensions.append(ext)
         #: read by the ``rpc`` decorator: longest error message sent
@@ -245,40 +244,44 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> pb.SystemSharedMemoryStatusResponse:
         status = pb.SystemSharedMemoryStatusResponse
-        rows = self.shared_memory.status(request.name)
+        rows = self.shared_memory.system.status(request.name)
         return status(regions={r["name"]: status.RegionStatus(**r) for r in rows})
 
     @rpc
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        self.shared_memory.system.register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     @rpc
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self.shared_memory.unregister(request.name)
+        self.shared_memory.system.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    # ----- CUDA shared memory: nothing can be registered here -----
+    # ----- CUDA shared memory (UNIMPLEMENTED without a GPU and cuda-python) -----
     @rpc
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> pb.CudaSharedMemoryStatusResponse:
-        if request.name:
-            raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
-        return pb.CudaSharedMemoryStatusResponse()
+        status = pb.CudaSharedMemoryStatusResponse
+        rows = self.shared_memory.cuda.status(request.name)
+        return status(regions={r["name"]: status.RegionStatus(**r) for r in rows})
 
     @rpc
-    async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        raise cuda_unsupported()
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        self.shared_memory.cuda.register(request.name, request.raw_handle, request.device_id, request.byte_size)
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @rpc
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self.shared_memory.cuda.unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # ----- trace and log settings -----

@@ -20,7 +20,7 @@ from servelab.config.settings import LimitSettings
 from servelab.errors import InvalidArgument
 from servelab.frontends.rest._numeric_lists import MIN_LIST_BYTES, LiftedLists, NotLifted, lift_lists
 from servelab.frontends.shapes import check_shape
-from servelab.frontends.shared_memory import RegionSlice, SystemSharedMemory, slice_from_parameters
+from servelab.frontends.shared_memory import RegionSlice, SharedMemory, slice_from_parameters
 from servelab.protocol.codecs import array_from_json, array_from_raw, array_to_json, array_to_raw
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
@@ -94,7 +94,7 @@ class _Sources:
     tail: memoryview
     limits: LimitSettings
     lifted: LiftedLists | None = None
-    shared_memory: SystemSharedMemory | None = None
+    shared_memory: SharedMemory | None = None
 
 
 def _from_region(
@@ -187,7 +187,7 @@ def decode_body(
     model: str,
     version: str,
     limits: LimitSettings,
-    shared_memory: SystemSharedMemory | None = None,
+    shared_memory: SharedMemory | None = None,
 ) -> DecodedRequest:
     """A whole infer body (JSON header, optional binary tail) as a DecodedRequest.
 
@@ -215,7 +215,7 @@ def decode_infer(
     version: str,
     limits: LimitSettings,
     lifted: LiftedLists | None = None,
-    shared_memory: SystemSharedMemory | None = None,
+    shared_memory: SharedMemory | None = None,
 ) -> DecodedRequest:
     """Decode a parsed JSON header plus its binary tail (and shared-memory inputs) into an InferRequest."""
     inputs_json = header.get("inputs")
@@ -287,7 +287,7 @@ def _json_data(array: np.ndarray, datatype: DataType) -> Any:
 
 
 def encode_infer(
-    response: InferResponse, decoded: DecodedRequest, shared_memory: SystemSharedMemory | None = None
+    response: InferResponse, decoded: DecodedRequest, shared_memory: SharedMemory | None = None
 ) -> tuple[bytes, int | None]:
     """(body, JSON header length or None when every output is JSON).
 

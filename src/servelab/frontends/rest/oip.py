@@ -22,14 +22,13 @@ from servelab.frontends.rest._common import (
     shared_memory,
 )
 from servelab.frontends.rest._oip_codec import decode_body, encode_infer, parse_json_object, raw_request
-from servelab.frontends.shared_memory import EXTENSION as SHARED_MEMORY_EXTENSION
 from servelab.frontends.trace_logging import LOGGING_EXTENSION
 from servelab.repository import FILE_PREFIX, config_to_dict
 
 __all__ = ["EXTENSIONS", "routes"]
 
-#: extensions this front-end adds to the data plane's list (the gRPC port offers the same two last ones)
-EXTENSIONS = ("binary_tensor_data", SHARED_MEMORY_EXTENSION, LOGGING_EXTENSION)
+#: extensions this front-end adds to the data plane's list (and the shared-memory ones: ``create_app``)
+EXTENSIONS = ("binary_tensor_data", LOGGING_EXTENSION)
 _HEADER_LENGTH = "inference-header-content-length"
 
 

@@ -5,6 +5,7 @@ Regions are real POSIX shared-memory objects made with tritonclient's own helper
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
@@ -16,8 +17,13 @@ import pytest
 import tritonclient.utils.shared_memory as client_shm
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, serialized_byte_size
 
-from servelab.errors import AlreadyExists, InvalidArgument, NotFound
-from servelab.frontends.shared_memory import RegionSlice, SystemSharedMemory, slice_from_parameters
+from servelab.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
+from servelab.frontends.shared_memory import (
+    RegionSlice,
+    SharedMemory,
+    SystemSharedMemory,
+    slice_from_parameters,
+)
 from servelab.trust import SHM_DIR, check_shm_key
 from servelab.types import DataType
 
@@ -148,3 +154,27 @@ def test_the_parameter_keys_come_out_of_the_tensor_parameters() -> None:
     with pytest.raises(InvalidArgument, match="'shared_memory_offset' must be a non-negative integer"):
         slice_from_parameters({"shared_memory_region": "r", "shared_memory_byte_size": 4, "shared_memory_offset": -1}, "x")
     assert os.path.isdir(SHM_DIR)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda") is not None, reason="cuda-python is installed here")
+def test_without_cuda_python_cuda_regions_are_unsupported_and_not_listed() -> None:
+    shared = SharedMemory()
+    assert shared.extensions() == ("system_shared_memory",)
+    assert shared.cuda.status() == []
+    shared.cuda.unregister()  # nothing to do: what Triton's examples call first
+    with pytest.raises(Unsupported, match="needs a GPU and NVIDIA's cuda-python package"):
+        shared.cuda.register("g", b"\0" * 64, 0, 64)
+    with pytest.raises(NotFound, match="Unable to find cuda shared memory region: 'g'"):
+        shared.cuda.status("g")
+
+
+def test_a_tensor_region_is_looked_up_among_system_regions_too(handle: Any, key: str) -> None:
+    shared = SharedMemory()
+    try:
+        shared.system.register("r", key, 0, SIZE)
+        data = np.arange(4, dtype=np.float32)
+        shared.write(RegionSlice("r", 16, 32), data, DataType.FP32, "OUT")
+        np.testing.assert_array_equal(shared.read(RegionSlice("r", 16, 32), DataType.FP32, (4,), "IN"), data)
+    finally:
+        shared.close()
+    assert shared.system.status() == []
