@@ -3,7 +3,10 @@
 A request body is a JSON header, optionally followed by raw tensors in the order of the JSON inputs
 that carry ``parameters.binary_data_size`` (header length in ``Inference-Header-Content-Length``). A
 response carries outputs as JSON ``data`` or, when asked (``binary_data`` per output, or the request
-parameter ``binary_data_output``), as raw bytes after the JSON with ``binary_data_size``.
+parameter ``binary_data_output``), as raw bytes after the JSON with ``binary_data_size``. Inputs and
+requested outputs may instead name a registered shared-memory region (``shared_memory_region``,
+``shared_memory_byte_size``, ``shared_memory_offset``): such inputs are read from it, such outputs written
+into it, their response entries carrying only name, datatype and shape (:mod:`..shared_memory`).
 Every malformed piece is an :class:`InvalidArgument` naming the field and what was expected.
 """
 

@@ -1,4 +1,5 @@
-"""Open Inference Protocol REST routes with Triton's extensions (binary data, config, repository, stats)."""
+"""Open Inference Protocol REST routes with Triton's extensions (binary data, config, repository, stats;
+shared memory, trace and logging are in :mod:`.oip_extensions`)."""
 
 from __future__ import annotations
 
