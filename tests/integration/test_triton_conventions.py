@@ -1,5 +1,6 @@
 """Conventions Triton's clients check, on a real server: the extensions the server metadata lists, the
-trace and logging routes, Triton's error texts (``Request for unknown model``, ``failed to load``) and
+trace and logging routes, Triton's error texts (``Request for unknown model``, ``failed to load``, the
+explicit-content errors) and
 ``--model-repository`` (Triton's flag, repeatable).
 """
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 from harness.clients import infer_input
 from harness.repository import onnx_echo
 from harness.servers import ServerProcess, running_server
+from servelab.protocol import grpc_service_pb2 as pb
 
 PROTOCOLS = {"http": (httpclient, "http_address"), "grpc": (grpcclient, "grpc_address")}
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -138,3 +141,44 @@ def test_model_repository_flag_adds_to_the_positional_folder(tmp_path: Path, log
             httpclient.InferenceServerClient(server.http_address) as c:  # fmt: skip
         names = {row["name"] for row in c.get_model_repository_index()}
         assert {"simple", "more_echo"} <= names and c.is_model_ready("more_echo")
+
+
+def _explicit_request(fill: Any) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+    fill(request)
+    return request
+
+
+def _both_forms(r: pb.ModelInferRequest) -> None:
+    r.inputs[0].contents.int_contents.extend(range(16))
+    r.raw_input_contents.extend([A.tobytes(), A.tobytes()])
+
+
+EXPLICIT_CASES = {
+    "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'simple'": _both_forms,
+    "unexpected explicit tensor data for input tensor 'INPUT0' for model 'simple' of type 'FP32', expected datatype "
+    "'INT32'": lambda r: [i.contents.fp32_contents.extend([1.0] * 16) for i in r.inputs],
+    "unable to find data for input tensor 'INPUT1' for model 'simple' in request":
+        lambda r: r.inputs[0].contents.int_contents.extend(range(16)),
+    "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60":
+        lambda r: r.raw_input_contents.extend([A.tobytes()[:60], A.tobytes()]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("expected", sorted(EXPLICIT_CASES))
+def test_explicit_content_errors_start_with_triton_texts(grpc_stub: Any, expected: str) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        grpc_stub.ModelInfer(_explicit_request(EXPLICIT_CASES[expected]), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith(expected), info.value.details()
+
+
+def test_a_rest_input_without_data_gets_triton_text(server: ServerProcess) -> None:
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32"}]}
+    answer = httpx.post(f"{server.http_url}/v2/models/simple/infer", json=body, timeout=10)
+    assert answer.status_code == 400
+    assert answer.json()["error"].startswith(
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        "'shared_memory_region' in 'parameters'. But no field is set")  # fmt: skip

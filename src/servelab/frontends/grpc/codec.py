@@ -55,6 +55,11 @@ _WIDE: dict[str, np.dtype[Any]] = {
 }
 CLASSIFICATION = "classification"
 _DEFAULT_LIMITS = LimitSettings()
+#: the datatype Triton names for data sent in each typed field
+_FIELD_TYPE = {
+    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64", "uint_contents": "UINT32",
+    "uint64_contents": "UINT64", "fp32_contents": "FP32", "fp64_contents": "FP64", "bytes_contents": "BYTES",
+}  # fmt: skip
 
 
 def decode_parameters(params: Any, where: str) -> dict[str, Any]:
@@ -117,9 +122,12 @@ def decode_infer(
     regions = [slice_from_parameters(p, f"input '{i.name}'") for p, i in zip(params_of, msg.inputs, strict=True)]
     wants_raw = sum(1 for r in regions if r is None)
     if raw and len(raw) != wants_raw:
+        outside = [i.name for i, r in zip(msg.inputs, regions, strict=True) if r is None]
+        head = f"{_no_data(outside[len(raw)], msg.model_name)}: " if len(raw) < wants_raw else ""
         raise InvalidArgument(
-            f"request has {wants_raw} inputs outside shared memory but {len(raw)} raw_input_contents entries; "
-            "send exactly one raw entry per such input, in the order of 'inputs'"
+            f"{head}the request has {wants_raw} inputs outside shared memory but "
+            f"{len(raw)} raw_input_contents entries; send exactly one raw entry per such input, in the order of "
+            "'inputs'"
         )
     tensors: list[Tensor] = []
     next_raw = iter(raw)
@@ -134,12 +142,13 @@ def decode_infer(
         elif raw:
             if has_contents:
                 raise InvalidArgument(
-                    f"input '{inp.name}': sets typed 'contents' while the request uses raw_input_contents; "
-                    "use one form for every input"
+                    f"contents field must not be specified when using raw_input_contents for '{inp.name}' for "
+                    f"model '{msg.model_name}': input '{inp.name}' sets typed 'contents' while the request uses "
+                    "raw_input_contents; use one form for every input"
                 )
-            data = array_from_raw(next(next_raw), datatype, shape, inp.name)
+            data = _from_raw(next(next_raw), datatype, shape, count, inp.name, msg.model_name)
         else:
-            data = _from_contents(inp, datatype, shape, count)
+            data = _from_contents(inp, datatype, shape, count, msg.model_name)
         tensors.append(Tensor(inp.name, datatype, shape, data, params))
     requested = [_requested(o) for o in msg.outputs]
     out_regions = {o.name: r for o, r in requested if r is not None}
@@ -184,6 +193,20 @@ def encode_response(
     return msg
 
 
+def _no_data(name: str, model: str) -> str:
+    return f"unable to find data for input tensor '{name}' for model '{model}' in request"
+
+
+def _from_raw(raw: bytes, datatype: DataType, shape: tuple[int, ...], count: int, name: str, model: str) -> np.ndarray:
+    size = datatype.itemsize
+    if size is not None and len(raw) != count * size:
+        raise InvalidArgument(
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {count * size}, got "
+            f"{len(raw)}: tensor '{name}': {datatype.value} {list(shape)} needs {count * size} bytes of data"
+        )
+    return array_from_raw(raw, datatype, shape, name)
+
+
 def _shared(shared_memory: SharedMemory | None, where: str) -> SharedMemory:
     if shared_memory is None:
         raise InvalidArgument(f"{where}: shared memory is not offered on this endpoint; send the data in the request")
@@ -210,8 +233,9 @@ def _requested(out: pb.ModelInferRequest.InferRequestedOutputTensor) -> tuple[Re
 
 
 def _from_contents(
-    inp: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...], count: int
+    inp: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...], count: int, model: str
 ) -> np.ndarray:
+    """Typed contents as an array; errors start with Triton's texts (which clients and tests match on)."""
     given = [f.name for f, _ in inp.contents.ListFields()] if inp.HasField("contents") else []
     field = CONTENTS_FIELD.get(datatype)
     if field is None:
@@ -223,16 +247,25 @@ def _from_contents(
     wrong = [g for g in given if g != field]
     if wrong:
         raise InvalidArgument(
-            f"input '{inp.name}': datatype {datatype.value} carries its data in contents.{field}; got {wrong}"
+            f"unexpected explicit tensor data for input tensor '{inp.name}' for model '{model}' of type "
+            f"'{_FIELD_TYPE.get(wrong[0], wrong[0])}', expected datatype '{datatype.value}': datatype "
+            f"{datatype.value} carries its data in contents.{field}; got {wrong}"
         )
     values = getattr(inp.contents, field)
     if len(values) != count:
         if not given and count:
             raise InvalidArgument(
-                f"input '{inp.name}' has no data; send it in raw_input_contents or contents.{field}"
+                f"{_no_data(inp.name, model)}: input '{inp.name}' has no data; send it in raw_input_contents or "
+                f"contents.{field}"
             )
+        size = datatype.itemsize
+        mismatch = (
+            f"input byte size mismatch for input '{inp.name}' for model '{model}'. Expected {count * size}, got "
+            f"{len(values) * size}: " if size else ""
+        )
         raise InvalidArgument(
-            f"input '{inp.name}': shape {list(shape)} needs {count} elements; contents.{field} has {len(values)}"
+            f"{mismatch}input '{inp.name}': shape {list(shape)} needs {count} elements; contents.{field} has "
+            f"{len(values)}"
         )
     if datatype is DataType.BYTES:
         array = np.empty(count, dtype=object)

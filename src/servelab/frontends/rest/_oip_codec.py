@@ -90,6 +90,14 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def _one_field(problem: str, where: str, detail: str) -> str:
+    """Triton's text for an input without exactly one source of data (clients match on it), then ours."""
+    return (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        f"'shared_memory_region' in 'parameters'. But {problem}: {where} {detail}; send one of them"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Sources:
     """Where input bytes may come from besides JSON: the binary tail and the client's shared memory."""
@@ -105,7 +113,7 @@ def _from_region(
     sources: _Sources,
 ) -> np.ndarray:
     if "data" in item:
-        raise InvalidArgument(f"{where}: has both 'data' and parameters.shared_memory_region; send one of them")
+        raise InvalidArgument(_one_field("multiple fields are set", where, "has both 'data' and shared_memory_region"))
     if sources.shared_memory is None:
         raise InvalidArgument(f"{where}: shared memory is not available on this endpoint; send 'data'")
     return sources.shared_memory.read(region, datatype, shape, str(item["name"]))
@@ -134,7 +142,7 @@ def _input_tensor(item: Any, index: int, offset: int, sources: _Sources) -> tupl
     size = params.get("binary_data_size")
     if size is not None:
         if "data" in item:
-            raise InvalidArgument(f"{where}: has both 'data' and parameters.binary_data_size; send one of them")
+            raise InvalidArgument(_one_field("multiple fields are set", where, "has both 'data' and binary_data_size"))
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidArgument(f"{where}: parameters.binary_data_size must be a non-negative integer")
         if offset + size > len(tail):
@@ -149,7 +157,7 @@ def _input_tensor(item: Any, index: int, offset: int, sources: _Sources) -> tupl
         params = {k: v for k, v in params.items() if k != "binary_data_size"}
         return Tensor(name, datatype, shape, array, params), offset + size
     if "data" not in item:
-        raise InvalidArgument(f"{where}: has no 'data' and no parameters.binary_data_size")
+        raise InvalidArgument(_one_field("no field is set", where, "has no 'data' and no binary_data_size"))
     data = item["data"]
     lifted = sources.lifted
     taken = lifted.take(data, datatype, shape, count, name) if lifted is not None else None
