@@ -14,6 +14,9 @@ system or the importer, so that the rule is written once:
   model folder is the operator's choice); nothing below it leaves it.
 - **Custom backends** (``backend: "module:Class"``, which imports any module) only when the operator
   turned them on (``allow_custom_backends`` / ``--allow-custom-backends``).
+- **Shared-memory keys** (a client's ``register_system_shared_memory`` key) name a POSIX shared-memory
+  object: one name (``/name`` or ``name``) that is mapped from :data:`SHM_DIR` only; no further ``/``,
+  no ``..``, no NUL, at most 255 bytes, so that a client cannot have the server map any other file.
 - **Messages to clients** carry no server paths: :func:`redact` replaces the repository folders in a
   message by names relative to them; the log keeps the full text.
 
@@ -32,9 +35,12 @@ __all__ = [
     "CUSTOM_BACKEND_FLAG",
     "MODEL_NAME_RULE",
     "PATH_RULE",
+    "SHM_DIR",
+    "SHM_KEY_RULE",
     "UPLOADABLE_BACKENDS",
     "check_custom_backend",
     "check_model_name",
+    "check_shm_key",
     "check_uploadable",
     "check_version",
     "redact",
@@ -49,6 +55,13 @@ CUSTOM_BACKEND_FLAG = "--allow-custom-backends"
 #: external weights outside the model's folder); the others run code from their model files
 #: (model.py, TorchScript, SavedModel ops, TensorRT plugins), so a load request may not upload them.
 UPLOADABLE_BACKENDS = ("onnxruntime", "openvino")
+#: where POSIX shared-memory objects live (``shm_open``): the only folder a shared-memory key may name
+SHM_DIR = Path("/dev/shm")
+SHM_KEY_RULE = (
+    "a shared-memory key is one POSIX shared-memory name ('/name' or 'name'): not empty, at most 255 bytes, "
+    "no other '/', no '..' and no NUL; it names an object in /dev/shm only"
+)
+_SHM_NAME_MAX = 255
 _SHOWN = 80
 
 
@@ -72,6 +85,25 @@ def check_version(version: str, field: str = "model version") -> str:
             f"{field} {_shown(version)} is not valid: expected a version number such as '1', or none for the newest"
         )
     return version
+
+
+def check_shm_key(key: str, field: str = "shared-memory key") -> Path:
+    """The file in :data:`SHM_DIR` that ``key`` names, else InvalidArgument stating :data:`SHM_KEY_RULE`.
+
+    The caller opens it with ``O_NOFOLLOW`` and checks that it is a regular file: a symlink planted in
+    the (world-writable) folder must not lead the server elsewhere.
+    """
+    name = key.removeprefix("/") if isinstance(key, str) else ""
+    if (
+        not name
+        or name in (".", "..")
+        or "/" in name
+        or ".." in name
+        or "\0" in name
+        or len(name.encode("utf-8", errors="replace")) > _SHM_NAME_MAX
+    ):
+        raise InvalidArgument(f"{field} {_shown(str(key))} is not valid: {SHM_KEY_RULE}")
+    return SHM_DIR / name
 
 
 def resolve_inside(

@@ -4,6 +4,7 @@ tritonclient (sync and aio) and the generated stubs."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from typing import Any
 
 import grpc
@@ -110,22 +111,19 @@ def test_health_check_not_serving_for_unloaded_model(
     assert status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def test_shared_memory_trace_and_logging_are_unimplemented(grpc_stub: pb_grpc.GRPCInferenceServiceStub) -> None:
-    calls = [
-        (grpc_stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest(), "shared memory"),
-        (grpc_stub.SystemSharedMemoryRegister, pb.SystemSharedMemoryRegisterRequest(name="r"), "shared memory"),
-        (grpc_stub.CudaSharedMemoryRegister, pb.CudaSharedMemoryRegisterRequest(name="r"), "shared memory"),
-        (grpc_stub.TraceSetting, pb.TraceSettingRequest(), "trace"),
-        (grpc_stub.LogSettings, pb.LogSettingsRequest(), "logging"),
-    ]
-    for method, request, words in calls:
-        with pytest.raises(grpc.RpcError) as info:
-            method(request, timeout=5)
-        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert words in info.value.details()
+def test_shared_memory_trace_and_logging_answer(grpc_stub: pb_grpc.GRPCInferenceServiceStub) -> None:
+    """The extensions' RPCs are served (their behaviour: test_shared_memory.py, test_triton_conventions.py)."""
+    assert grpc_stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(), timeout=5).regions == {}
+    assert grpc_stub.TraceSetting(pb.TraceSettingRequest(), timeout=5).settings["trace_level"].value == ["OFF"]
+    assert grpc_stub.LogSettings(pb.LogSettingsRequest(), timeout=5).settings["log_info"].bool_param
+    with pytest.raises(grpc.RpcError) as info:
+        grpc_stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(name="r", key="/servelab-none",
+                                                                                  byte_size=8), timeout=5)  # fmt: skip
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND and "Unable to open shared memory region" in info.value.details()
 
 
-def test_tritonclient_shared_memory_status_reports_unimplemented(grpc_client: tc.InferenceServerClient) -> None:
+@pytest.mark.skipif(importlib.util.find_spec("cuda") is not None, reason="cuda-python is installed here")
+def test_tritonclient_cuda_shared_memory_register_reports_unimplemented(grpc_client: tc.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as info:
-        grpc_client.get_system_shared_memory_status()
+        grpc_client.register_cuda_shared_memory("r", b"\0" * 64, 0, 64)
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"

@@ -261,14 +261,14 @@ def test_classification_parameter_must_be_an_integer(grpc_stub: pb_grpc.GRPCInfe
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "classification" in details
 
 
-def test_shared_memory_input_is_unimplemented(grpc_stub: pb_grpc.GRPCInferenceServiceStub) -> None:
+def test_an_unregistered_shared_memory_region_is_not_found(grpc_stub: pb_grpc.GRPCInferenceServiceStub) -> None:
     x = np.zeros((1, 2), dtype=np.float32)
     request = pb.ModelInferRequest(model_name="echo_fp32")
     t = request.inputs.add(name="INPUT", datatype="FP32", shape=[1, 2])
     t.parameters["shared_memory_region"].string_param = "region0"
     t.parameters["shared_memory_byte_size"].int64_param = x.nbytes
     code, details = status_of(lambda: grpc_stub.ModelInfer(request, timeout=10))
-    assert code == grpc.StatusCode.UNIMPLEMENTED and "shared-memory" in details
+    assert code == grpc.StatusCode.NOT_FOUND and "Unable to find shared memory region: 'region0'" in details
 
 
 def test_server_keeps_serving_after_errors(grpc_client: tc.InferenceServerClient) -> None:

@@ -156,10 +156,10 @@ def test_binary_sizes_not_adding_up(http: httpx.Client) -> None:
 
 
 def test_unknown_model_and_version(http: httpx.Client) -> None:
-    _expect(http.post("/v2/models/nope/infer", content=SIMPLE_OK), 404, "unknown model 'nope'")
-    _expect(http.post("/v2/models/simple/versions/9/infer", content=SIMPLE_OK), 404, "no version '9'")
-    _expect(http.get("/v2/models/nope"), 404, "unknown model 'nope'")
-    _expect(http.get("/v2/models/simple/versions/9/ready"), 404, "no version '9'")
+    _expect(http.post("/v2/models/nope/infer", content=SIMPLE_OK), 404, "Request for unknown model: 'nope'")
+    _expect(http.post("/v2/models/simple/versions/9/infer", content=SIMPLE_OK), 404, "'simple' version 9 is not found")
+    _expect(http.get("/v2/models/nope"), 404, "Request for unknown model: 'nope'")
+    _expect(http.get("/v2/models/simple/versions/9/ready"), 404, "'simple' version 9 is not found")
     _expect(http.get("/v2/not/a/route"), 404, "no route for GET /v2/not/a/route")
     _expect(http.put("/v2/models/simple/infer", content=SIMPLE_OK), 405, "method PUT is not allowed")
 

@@ -105,7 +105,7 @@ def test_errors_surface_as_exceptions(http_client: httpclient.InferenceServerCli
     inp = infer_input(httpclient, "INPUT", np.array([[1, 2]], dtype=np.int32))
     with pytest.raises(InferenceServerException, match="datatype INT32; expected INT16"):
         http_client.infer("echo_int16", [inp])
-    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope'"):
         http_client.get_model_metadata("nope")
     with pytest.raises(InferenceServerException, match="explicit"):
         http_client.load_model("simple")

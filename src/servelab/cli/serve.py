@@ -1,4 +1,5 @@
-"""`servelab serve REPO [REPO...]`: every front-end on one event loop, with Triton's flag names.
+"""`servelab serve REPO [REPO...]` (or Triton's `--model-repository REPO`, repeatable): every front-end on
+one event loop, with Triton's flag names.
 
 Precedence: flags > SERVELAB_* environment variables > ``--settings FILE`` (JSON) > defaults.
 Exit status: 0 after a clean SIGTERM/SIGINT, 2 for bad settings or a port that cannot be bound.
@@ -40,7 +41,8 @@ def _secret(value: str | None) -> SecretStr | None:
 
 
 def serve(
-    repositories: Annotated[list[Path] | None, typer.Argument(help="Model repository folders (or --tfserving-config).", show_default=False)] = None,
+    repositories: Annotated[list[Path] | None, typer.Argument(help="Model repository folders (or --model-repository, or --tfserving-config).", show_default=False)] = None,
+    model_repository: Annotated[list[Path] | None, typer.Option("--model-repository", "--model-store", help="Model repository folder, Triton's flag (repeatable; adds to the folders given as arguments).")] = None,
     http_port: Annotated[int | None, typer.Option("--http-port", help="OIP REST, TF Serving, TorchServe inference [8000]; 0 = free port.")] = None,
     grpc_port: Annotated[int | None, typer.Option("--grpc-port", help="OIP gRPC [8001].")] = None,
     metrics_port: Annotated[int | None, typer.Option("--metrics-port", help="Prometheus /metrics [8002].")] = None,
@@ -49,6 +51,7 @@ def serve(
     model_control_mode: Annotated[str | None, typer.Option("--model-control-mode", help="none | explicit | poll.")] = None,
     load_model: Annotated[list[str] | None, typer.Option("--load-model", help="Model to load at start (repeatable; '*' = all).")] = None,
     repository_poll_secs: Annotated[float | None, typer.Option("--repository-poll-secs", help="Poll interval in poll mode.")] = None,
+    strict_readiness: Annotated[str | None, typer.Option("--strict-readiness", help="true | false: ready only when every start-up model loaded (Triton's flag) [true].")] = None,
     exit_timeout_s: Annotated[float | None, typer.Option("--exit-timeout-secs", help="How long SIGTERM waits for in-flight requests.")] = None,
     max_body_bytes: Annotated[int | None, typer.Option("--max-body-bytes", help="Largest request body (413 above).")] = None,
     request_timeout_s: Annotated[float | None, typer.Option("--request-timeout-s", help="Server-side time limit per request.")] = None,
@@ -88,7 +91,7 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = build_settings(
-            repositories or [],
+            [*(repositories or []), *(model_repository or [])],
             settings_file,
             http_port=http_port,
             grpc_port=grpc_port,
@@ -98,6 +101,7 @@ def serve(
             model_control_mode=model_control_mode,
             load_models=load_model or None,
             repository_poll_secs=repository_poll_secs,
+            strict_readiness=strict_readiness,
             exit_timeout_s=exit_timeout_s,
             allow_custom_backends=allow_custom_backends or None,
             limits={

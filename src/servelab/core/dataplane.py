@@ -227,7 +227,10 @@ class DataPlane:
     ) -> None:
         """Load or reload ``name``; ``config_json`` overrides config.pbtxt, ``files`` (the load request's
         ``file:<path>`` contents) become its folder (Triton's repository extension)."""
-        override = config_from_json(config_json, name) if config_json else None
+        try:
+            override = config_from_json(config_json, name) if config_json else None
+        except InvalidArgument as exc:  # Triton's wording, which clients match on
+            raise InvalidArgument(f"failed to load '{name}', {exc.message}") from None
         self.registry.load(name, override, files=files)
 
     def unload_model(self, name: str, unload_dependents: bool = False) -> None:

@@ -124,11 +124,14 @@ class ModelRegistry:
         record = self._records.get(name)
         if record is None:
             check_model_name(name)  # only on a miss: a loaded name passed it already
-            raise NotFound(f"unknown model '{name}'")
+            raise NotFound(_unknown(name))
         versions = record.versions
         if not versions:
             reason = f": {record.reason}" if record.reason else ""
-            raise Unavailable(f"model '{name}' is not ready ({record.state.value}{reason})")
+            raise Unavailable(
+                f"Request for unknown model: '{name}' has no available versions; the model is not ready "
+                f"({record.state.value}{reason})"
+            )
         if not version:
             lv = versions[max(versions)]
         else:
@@ -137,7 +140,8 @@ class ModelRegistry:
             except (ValueError, KeyError):
                 check_version(version)
                 raise NotFound(
-                    f"model '{name}' has no version {version!r} loaded; loaded versions: {sorted(versions)}"
+                    f"Request for unknown model: '{name}' version {version} is not found; loaded versions: "
+                    f"{sorted(versions)}"
                 ) from None
         if not lv.scheduler.available:
             raise Unavailable(f"model '{name}' version {lv.version} is not ready: {lv.scheduler.unavailable_reason()}")
@@ -159,7 +163,7 @@ class ModelRegistry:
         record = self._records.get(name)
         if record is None:
             check_model_name(name)
-            raise NotFound(f"unknown model '{name}'")
+            raise NotFound(_unknown(name))
         return record
 
     def records(self) -> list[ModelRecord]:
@@ -217,7 +221,10 @@ class ModelRegistry:
         """
         if self.mode is ControlMode.NONE and not _internal:
             raise Unsupported("model control mode is 'none': start the server with --model-control-mode explicit")
-        self.repository.model_dir(name)  # bad names and unknown models fail before any record exists
+        try:
+            self.repository.model_dir(name)  # bad names and unknown models fail before any record exists
+        except NotFound as exc:
+            raise NotFound(f"failed to load '{name}', {exc.message}") from None
         with self._lock:
             record = self._records.setdefault(name, ModelRecord(name))
             if not record.versions:
@@ -244,9 +251,10 @@ class ModelRegistry:
     def _load_error(self, name: str, exc: Exception) -> ServelabError:
         """What a client reads about a failed load: the server's folders replaced by model-relative names."""
         if isinstance(exc, ServelabError):
-            full = exc
+            # Triton's wording, which clients match on: "failed to load '<name>', <why>"
+            full = exc if exc.message.startswith("failed to load") else type(exc)(f"failed to load '{name}', {exc.message}")
         else:
-            full = InvalidArgument(f"model '{name}' failed to load: {type(exc).__name__}: {exc}")
+            full = InvalidArgument(f"failed to load '{name}', {type(exc).__name__}: {exc}")
         log.warning("model %s (%s) failed to load: %s", name, self.repository.location(name), full.message)
         return self.repository.client_error(name, full)
 
@@ -260,7 +268,7 @@ class ModelRegistry:
             if record is None:
                 if name in self.repository.model_names():
                     return
-                raise NotFound(f"unknown model '{name}'")
+                raise NotFound(_unknown(name))
             old = record.versions
             record.state, record.reason = ModelState.UNLOADING, ""
             record.versions = {}
@@ -415,3 +423,8 @@ class ModelRegistry:
                     b.unload()
             raise
         return LoadedVersion(source.name, version, config, signature, instances, scheduler, stats)
+
+
+def _unknown(name: str) -> str:
+    """Triton's text for a model the server does not know (tritonclient's examples match on it)."""
+    return f"Request for unknown model: '{name}' is not found"

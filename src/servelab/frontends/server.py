@@ -37,6 +37,7 @@ from servelab.core.workers import WorkerPool
 from servelab.frontends.auth import build_door, grpc_interceptors, grpc_server_credentials, http_ssl_options
 from servelab.frontends.http_protocol import bounded_protocol
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
+from servelab.frontends.shared_memory import SharedMemory
 from servelab.frontends.watchdog import watch_loop
 from servelab.metrics import ServerMetrics
 from servelab.repository import ModelRepository
@@ -101,6 +102,8 @@ class Server:
             request_timeout_s=settings.limits.request_timeout_s,
             strict_readiness=settings.strict_readiness,
         )
+        #: system shared-memory regions clients register; one set for the REST and gRPC ports
+        self.shared_memory = SharedMemory()
         #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
         self.metrics = ServerMetrics(self.metrics_registry, self.registry)
         self.torchserve_defaults: dict[str, str] = {}
@@ -163,7 +166,8 @@ class Server:
     def _start_http(self) -> list[asyncio.Task[None]]:
         s = self.settings
         apps = {
-            "http": create_app(self.dataplane, s, self.metrics_registry, self.torchserve_defaults, self.door),
+            "http": create_app(self.dataplane, s, self.metrics_registry, self.torchserve_defaults, self.door,
+                               shared_memory=self.shared_memory),
             "metrics": create_metrics_app(self.metrics_registry, self.door),
             "management": create_management_app(self.dataplane, s, self.torchserve_defaults, self.door),
         }
@@ -187,6 +191,7 @@ class Server:
             interceptors=grpc_interceptors(self.door),
             credentials=self._grpc_credentials,
             tfserving=self.tfserving,
+            shared_memory=self.shared_memory,
         )
         self.ports["grpc"] = int(getattr(self._grpc, "servelab_bound_port", self.settings.grpc_port))
 
@@ -234,4 +239,5 @@ class Server:
         except TimeoutError:
             log.error("models did not unload within exit_timeout_s: killing every worker process")
         self.registry.workers.kill_all()
+        self.shared_memory.close()
         log.info("servelab stopped")

@@ -22,7 +22,7 @@ def test_default_policy_serves_latest_only(tmp_path: Path) -> None:
     with Engine(tmp_path) as engine:
         assert engine.get_model_metadata("m")["versions"] == ["3"]
         assert engine.infer("m", {"x": X})["y"][0, 0] == 3.0
-        with pytest.raises(NotFound, match="no version '1'"):
+        with pytest.raises(NotFound, match="version 1 is not found"):
             engine.infer("m", {"x": X}, version=1)
 
 
@@ -130,7 +130,7 @@ def test_missing_repository_and_unknown_model(tmp_path: Path) -> None:
     with pytest.raises(NotFound, match="does not exist"):
         Engine(tmp_path / "nope")
     scale_model(tmp_path, "m", {1: 1.0})
-    with Engine(tmp_path) as engine, pytest.raises(NotFound, match="unknown model 'zzz'"):
+    with Engine(tmp_path) as engine, pytest.raises(NotFound, match="Request for unknown model: 'zzz'"):
         engine.infer("zzz", {"x": X})
 
 

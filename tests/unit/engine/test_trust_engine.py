@@ -109,7 +109,7 @@ def test_bad_model_names_are_refused_on_load_unload_and_infer(repo: Path) -> Non
         engine.load_model("ident")
         with pytest.raises(InvalidArgument, match="expected a version number"):
             engine.infer("ident", {"x": X}, version="../1")
-        with pytest.raises(NotFound, match="no version '7'"):
+        with pytest.raises(NotFound, match="version 7 is not found"):
             engine.infer("ident", {"x": X}, version=7)
 
 

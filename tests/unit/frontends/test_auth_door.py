@@ -11,8 +11,8 @@ from starlette.routing import Route
 
 from servelab.config.settings import ApiGroup, AuthSettings, ServerSettings
 from servelab.frontends.auth import REST_ROUTES, AuthSetupError, Level, build_door, guard_routes, is_loopback
-from servelab.frontends.auth.routes import GRPC_METHODS, UnclassifiedRoute, rest_group
-from servelab.frontends.rest import oip, tfserving, torchserve, torchserve_management
+from servelab.frontends.auth.routes import GRPC_METHODS, LEVEL, UnclassifiedRoute, rest_group
+from servelab.frontends.rest import oip, oip_extensions, tfserving, torchserve, torchserve_management
 from servelab.protocol import grpc_service_pb2 as pb
 
 MANAGEMENT = "m-" + "a" * 30
@@ -20,7 +20,8 @@ INFERENCE = "i-" + "b" * 30
 
 
 def _all_routes() -> list[Route]:
-    routes = [*oip.routes(), *tfserving.routes(), *torchserve.routes(), *torchserve_management.routes()]
+    routes = [*oip.routes(), *oip_extensions.routes(), *tfserving.routes(), *torchserve.routes(),
+              *torchserve_management.routes()]
     return [r for r in routes if isinstance(r, Route)]
 
 
@@ -53,7 +54,7 @@ def test_protected_routes_are_wrapped_and_open_ones_left_alone() -> None:
     for route in routes:
         group = rest_group(next(iter(route.methods or {"GET"})), route.path)
         wrapped = route.app is not before[(route.path, tuple(sorted(route.methods or ())))]
-        assert wrapped == (group is ApiGroup.MODEL_REPOSITORY), route.path
+        assert wrapped == (group is not None and LEVEL[group] is Level.MANAGEMENT), route.path
 
 
 def test_no_door_or_nothing_to_check_wraps_nothing() -> None:

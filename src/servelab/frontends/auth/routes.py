@@ -55,6 +55,14 @@ REST_ROUTES: dict[tuple[str, str], ApiGroup | None] = {
     **{("GET", p + "/config"): ApiGroup.MODEL_CONFIG for p in (_MODEL, _VERSION)},
     **{("GET", p + "/stats"): ApiGroup.STATISTICS for p in (_MODEL, _VERSION)},
     **{("GET", p): ApiGroup.METADATA for p in (_MODEL, _VERSION)},
+    # Triton's shared-memory, trace and logging extensions (HTTP port)
+    **{("GET", f"/v2/{kind}sharedmemory{r}/status"): ApiGroup.SHARED_MEMORY
+       for kind in ("system", "cuda") for r in ("", "/region/{region}")},
+    **{("POST", f"/v2/{kind}sharedmemory{r}"): ApiGroup.SHARED_MEMORY
+       for kind in ("system", "cuda") for r in ("/region/{region}/register", "/unregister", "/region/{region}/unregister")},
+    **{(m, p): ApiGroup.TRACE for m in ("GET", "POST") for p in ("/v2/trace/setting", _MODEL + "/trace/setting")},
+    ("GET", "/v2/logging"): ApiGroup.LOGGING,
+    ("POST", "/v2/logging"): ApiGroup.LOGGING,
     # TensorFlow Serving REST (HTTP port): status / metadata, and :predict / :classify / :regress
     ("GET", "/v1/models/{path:path}"): ApiGroup.METADATA,
     ("POST", "/v1/models/{path:path}"): ApiGroup.INFERENCE,

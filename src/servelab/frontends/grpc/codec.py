@@ -1,9 +1,12 @@
 """``ModelInferRequest`` <-> :class:`InferRequest` and :class:`InferResponse` -> ``ModelInferResponse``.
 
 Inputs arrive either all in ``raw_input_contents`` (one entry per input, by position; what tritonclient
-sends) or each in the typed ``contents`` field that matches its datatype. Raw fixed-size tensors are
-zero-copy ``np.frombuffer`` views; typed contents are converted in one numpy call per tensor. FP16 and
-BF16 can only travel raw. Responses always carry ``raw_output_contents``, as tritonclient expects.
+sends) or each in the typed ``contents`` field that matches its datatype, or in a registered system
+shared-memory region (``shared_memory_region`` parameters; those inputs have no raw entry). Raw
+fixed-size tensors are zero-copy ``np.frombuffer`` views, shared-memory ones read-only views of the
+mapping; typed contents are converted in one numpy call per tensor. FP16 and BF16 can only travel raw.
+Responses always carry ``raw_output_contents``, as tritonclient expects (an empty entry for an output
+written into shared memory).
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ from typing import Any
 import numpy as np
 
 from servelab.config.settings import LimitSettings
-from servelab.errors import InvalidArgument, Unsupported
+from servelab.errors import InvalidArgument
 from servelab.frontends.shapes import check_shape
+from servelab.frontends.shared_memory import RegionSlice, SharedMemory, slice_from_parameters
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol.codecs import array_from_raw, array_to_raw
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
 __all__ = [
     "CONTENTS_FIELD",
+    "decode_infer",
     "decode_parameters",
     "decode_request",
     "encode_parameters",
@@ -48,9 +53,13 @@ _WIDE: dict[str, np.dtype[Any]] = {
     "int_contents": np.dtype(np.int64),
     "uint_contents": np.dtype(np.uint64),
 }
-_SHARED_MEMORY_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 CLASSIFICATION = "classification"
 _DEFAULT_LIMITS = LimitSettings()
+#: the datatype Triton names for data sent in each typed field
+_FIELD_TYPE = {
+    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64", "uint_contents": "UINT32",
+    "uint64_contents": "UINT64", "fp32_contents": "FP32", "fp64_contents": "FP64", "bytes_contents": "BYTES",
+}  # fmt: skip
 
 
 def decode_parameters(params: Any, where: str) -> dict[str, Any]:
@@ -94,41 +103,75 @@ def payload_bytes(msg: pb.ModelInferRequest) -> int:
 
 
 def decode_request(msg: pb.ModelInferRequest, limits: LimitSettings = _DEFAULT_LIMITS) -> InferRequest:
-    """Validate and decode a wire request; every error names the tensor and what was expected."""
-    raw = msg.raw_input_contents
-    if raw and len(raw) != len(msg.inputs):
+    """Validate and decode a wire request that uses no shared memory (see :func:`decode_infer`)."""
+    return decode_infer(msg, limits)[0]
+
+
+def decode_infer(
+    msg: pb.ModelInferRequest, limits: LimitSettings = _DEFAULT_LIMITS, shared_memory: SharedMemory | None = None
+) -> tuple[InferRequest, dict[str, RegionSlice]]:
+    """(request, requested outputs to write into shared memory by name); errors name the tensor and what
+    was expected.
+
+    ``raw_input_contents`` holds one entry per input that is neither in shared memory nor in typed
+    ``contents``, in the order of ``inputs`` (what tritonclient sends); shared-memory inputs are read from
+    ``shared_memory``'s regions (InvalidArgument when it is None).
+    """
+    raw = list(msg.raw_input_contents)
+    params_of = [decode_parameters(i.parameters, f"input '{i.name}'") if i.parameters else {} for i in msg.inputs]
+    regions = [slice_from_parameters(p, f"input '{i.name}'") for p, i in zip(params_of, msg.inputs, strict=True)]
+    wants_raw = sum(1 for r in regions if r is None)
+    if raw and len(raw) != wants_raw:
+        outside = [i.name for i, r in zip(msg.inputs, regions, strict=True) if r is None]
+        head = f"{_no_data(outside[len(raw)], msg.model_name)}: " if len(raw) < wants_raw else ""
         raise InvalidArgument(
-            f"request has {len(msg.inputs)} inputs but {len(raw)} raw_input_contents entries; send exactly "
-            "one raw entry per input, in the order of 'inputs'"
+            f"{head}the request has {wants_raw} inputs outside shared memory but "
+            f"{len(raw)} raw_input_contents entries; send exactly one raw entry per such input, in the order of "
+            "'inputs'"
         )
     tensors: list[Tensor] = []
-    for i, inp in enumerate(msg.inputs):
+    next_raw = iter(raw)
+    for inp, params, region in zip(msg.inputs, params_of, regions, strict=True):
         datatype = _datatype(inp.datatype, f"input '{inp.name}'")
         shape, count = check_shape(tuple(inp.shape), f"input '{inp.name}'", limits)
-        params = decode_parameters(inp.parameters, f"input '{inp.name}'") if inp.parameters else {}
-        if params:
-            _refuse_shared_memory(params, f"input '{inp.name}'")
-        if raw:
-            if inp.HasField("contents") and inp.contents.ListFields():
+        has_contents = inp.HasField("contents") and bool(inp.contents.ListFields())
+        if region is not None:
+            if has_contents:
+                raise InvalidArgument(f"input '{inp.name}': sets both shared_memory_region and typed 'contents'")
+            data = _shared(shared_memory, f"input '{inp.name}'").read(region, datatype, shape, inp.name)
+        elif raw:
+            if has_contents:
                 raise InvalidArgument(
-                    f"input '{inp.name}': sets typed 'contents' while the request uses raw_input_contents; "
-                    "use one form for every input"
+                    f"contents field must not be specified when using raw_input_contents for '{inp.name}' for "
+                    f"model '{msg.model_name}': input '{inp.name}' sets typed 'contents' while the request uses "
+                    "raw_input_contents; use one form for every input"
                 )
-            data = array_from_raw(raw[i], datatype, shape, inp.name)
+            data = _from_raw(next(next_raw), datatype, shape, count, inp.name, msg.model_name)
         else:
-            data = _from_contents(inp, datatype, shape, count)
+            data = _from_contents(inp, datatype, shape, count, msg.model_name)
         tensors.append(Tensor(inp.name, datatype, shape, data, params))
-    return InferRequest(
+    requested = [_requested(o) for o in msg.outputs]
+    out_regions = {o.name: r for o, r in requested if r is not None}
+    if out_regions:
+        _shared(shared_memory, f"requested output '{next(iter(out_regions))}'")
+    request = InferRequest(
         model_name=msg.model_name,
         inputs=tensors,
         model_version=msg.model_version,
         id=msg.id,
-        outputs=[_requested(o) for o in msg.outputs],
+        outputs=[o for o, _ in requested],
         parameters=decode_parameters(msg.parameters, "request") if msg.parameters else {},
     )
+    return request, out_regions
 
 
-def encode_response(response: InferResponse) -> pb.ModelInferResponse:
+def encode_response(
+    response: InferResponse,
+    regions: dict[str, RegionSlice] | None = None,
+    shared_memory: SharedMemory | None = None,
+) -> pb.ModelInferResponse:
+    """The wire response; outputs named in ``regions`` are written into ``shared_memory`` and keep an empty
+    ``raw_output_contents`` entry, so that the entries still line up with ``outputs`` (as in Triton)."""
     msg = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
@@ -141,8 +184,33 @@ def encode_response(response: InferResponse) -> pb.ModelInferResponse:
         out.shape.extend(t.shape)
         if t.parameters:
             encode_parameters(t.parameters, out.parameters)
-        msg.raw_output_contents.append(array_to_raw(t.data, t.datatype))
+        region = regions.get(t.name) if regions else None
+        if region is not None and shared_memory is not None:
+            shared_memory.write(region, t.data, t.datatype, t.name)
+            msg.raw_output_contents.append(b"")
+        else:
+            msg.raw_output_contents.append(array_to_raw(t.data, t.datatype))
     return msg
+
+
+def _no_data(name: str, model: str) -> str:
+    return f"unable to find data for input tensor '{name}' for model '{model}' in request"
+
+
+def _from_raw(raw: bytes, datatype: DataType, shape: tuple[int, ...], count: int, name: str, model: str) -> np.ndarray:
+    size = datatype.itemsize
+    if size is not None and len(raw) != count * size:
+        raise InvalidArgument(
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {count * size}, got "
+            f"{len(raw)}: tensor '{name}': {datatype.value} {list(shape)} needs {count * size} bytes of data"
+        )
+    return array_from_raw(raw, datatype, shape, name)
+
+
+def _shared(shared_memory: SharedMemory | None, where: str) -> SharedMemory:
+    if shared_memory is None:
+        raise InvalidArgument(f"{where}: shared memory is not offered on this endpoint; send the data in the request")
+    return shared_memory
 
 
 def _datatype(name: str, where: str) -> DataType:
@@ -152,29 +220,22 @@ def _datatype(name: str, where: str) -> DataType:
         raise InvalidArgument(f"{where}: {exc}") from None
 
 
-def _refuse_shared_memory(params: dict[str, Any], where: str) -> None:
-    if any(k in params for k in _SHARED_MEMORY_KEYS):
-        raise Unsupported(
-            f"{where}: shared-memory tensors are not supported by this server; send the data in "
-            "raw_input_contents instead"
-        )
-
-
-def _requested(out: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
+def _requested(out: pb.ModelInferRequest.InferRequestedOutputTensor) -> tuple[RequestedOutput, RegionSlice | None]:
     params = decode_parameters(out.parameters, f"requested output '{out.name}'")
-    _refuse_shared_memory(params, f"requested output '{out.name}'")
+    region = slice_from_parameters(params, f"requested output '{out.name}'")
     count = params.pop(CLASSIFICATION, 0)
     if isinstance(count, bool) or not isinstance(count, int):
         raise InvalidArgument(
             f"requested output '{out.name}': parameter 'classification' must be an integer (int64_param); "
             f"got {count!r}"
         )
-    return RequestedOutput(out.name, count, params)
+    return RequestedOutput(out.name, count, params), region
 
 
 def _from_contents(
-    inp: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...], count: int
+    inp: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...], count: int, model: str
 ) -> np.ndarray:
+    """Typed contents as an array; errors start with Triton's texts (which clients and tests match on)."""
     given = [f.name for f, _ in inp.contents.ListFields()] if inp.HasField("contents") else []
     field = CONTENTS_FIELD.get(datatype)
     if field is None:
@@ -186,16 +247,25 @@ def _from_contents(
     wrong = [g for g in given if g != field]
     if wrong:
         raise InvalidArgument(
-            f"input '{inp.name}': datatype {datatype.value} carries its data in contents.{field}; got {wrong}"
+            f"unexpected explicit tensor data for input tensor '{inp.name}' for model '{model}' of type "
+            f"'{_FIELD_TYPE.get(wrong[0], wrong[0])}', expected datatype '{datatype.value}': datatype "
+            f"{datatype.value} carries its data in contents.{field}; got {wrong}"
         )
     values = getattr(inp.contents, field)
     if len(values) != count:
         if not given and count:
             raise InvalidArgument(
-                f"input '{inp.name}' has no data; send it in raw_input_contents or contents.{field}"
+                f"{_no_data(inp.name, model)}: input '{inp.name}' has no data; send it in raw_input_contents or "
+                f"contents.{field}"
             )
+        size = datatype.itemsize
+        mismatch = (
+            f"input byte size mismatch for input '{inp.name}' for model '{model}'. Expected {count * size}, got "
+            f"{len(values) * size}: " if size else ""
+        )
         raise InvalidArgument(
-            f"input '{inp.name}': shape {list(shape)} needs {count} elements; contents.{field} has {len(values)}"
+            f"{mismatch}input '{inp.name}': shape {list(shape)} needs {count} elements; contents.{field} has "
+            f"{len(values)}"
         )
     if datatype is DataType.BYTES:
         array = np.empty(count, dtype=object)

@@ -16,6 +16,7 @@ from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
 from servelab.frontends.grpc.servicer import HealthServicer, InferenceServicer
 from servelab.frontends.grpc.tfserving_servicer import ModelServicer, PredictionServicer
+from servelab.frontends.shared_memory import SharedMemory
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 from servelab.protocol import health_pb2_grpc
 from servelab.protocol import tfserving as tfs
@@ -37,6 +38,7 @@ async def start_grpc_server(
     credentials: grpc.ServerCredentials | None = None,
     limits: LimitSettings | None = None,
     tfserving: TfServingRepository | None = None,
+    shared_memory: SharedMemory | None = None,
 ) -> grpc.aio.Server:
     """Bind ``host:port`` (0 picks a free port), start serving and return the started server.
 
@@ -47,6 +49,7 @@ async def start_grpc_server(
     ``interceptors`` run before every handler (servelab.frontends.auth's door); ``credentials`` (from
     ``grpc.ssl_server_credentials``) serve TLS instead of plain text. TF Serving's PredictionService
     and ModelService share the port; ``tfserving`` (a served TF Serving config) takes config reloads.
+    ``shared_memory`` holds the regions clients register (the server's, shared with its REST port).
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive; got {max_message_bytes}")
@@ -60,7 +63,8 @@ async def start_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane, limits=limits), server)
+    inference = InferenceServicer(dataplane, limits=limits, shared_memory=shared_memory)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(inference, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(dataplane), server)
     tfs.prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionServicer(dataplane, max_elements=max_message_bytes), server)

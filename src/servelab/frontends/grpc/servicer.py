@@ -2,8 +2,9 @@
 
 Each method only translates protobuf to and from the data plane's types; errors are mapped by the
 :func:`~servelab.frontends.grpc.errors.rpc` decorator. Blocking repository work (load, unload) runs in
-a worker thread so the event loop keeps serving. Shared memory, tracing and log settings are not
-offered: they answer UNIMPLEMENTED with the alternative to use.
+a worker thread so the event loop keeps serving. System shared memory uses the server's regions (shared
+with its REST port); CUDA shared memory needs a GPU and cuda-python (else registering is UNIMPLEMENTED,
+saying so, and its status is empty). Log settings are real, trace settings answer "off" (:mod:`servelab.frontends.trace_logging`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,22 @@ from google.protobuf import json_format
 
 from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
-from servelab.errors import InvalidArgument, NotFound, Unsupported
-from servelab.frontends.grpc.codec import decode_request, encode_response, payload_bytes
+from servelab.errors import InvalidArgument, NotFound
+from servelab.frontends.grpc.codec import decode_infer, encode_response, payload_bytes
 from servelab.frontends.grpc.errors import describe, rpc
+from servelab.frontends.grpc.settings_codec import (
+    log_settings_message,
+    settings_from_log,
+    settings_from_trace,
+    trace_settings_message,
+)
+from servelab.frontends.shared_memory import SharedMemory
+from servelab.frontends.trace_logging import (
+    LOGGING_EXTENSION,
+    LoggingSettings,
+    trace_settings,
+    update_trace_settings,
+)
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 from servelab.protocol import health_pb2, health_pb2_grpc
@@ -42,11 +56,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Triton's full gRPC service; the OIP core plus streaming, config, statistics and repository."""
 
     def __init__(
-        self, dataplane: DataPlane, *, stream_window: int = STREAM_WINDOW, limits: LimitSettings | None = None
+        self,
+        dataplane: DataPlane,
+        *,
+        stream_window: int = STREAM_WINDOW,
+        limits: LimitSettings | None = None,
+        shared_memory: SharedMemory | None = None,
     ) -> None:
         self.dataplane = dataplane
         self.stream_window = stream_window
         self.limits = limits if limits is not None else LimitSettings()
+        #: the regions clients register (the server's, shared with its REST port)
+        self.shared_memory = shared_memory if shared_memory is not None else SharedMemory()
+        for ext in (*self.shared_memory.extensions(), LOGGING_EXTENSION):
+            if ext not in dataplane.extensions:
+                dataplane.extensions.append(ext)
         #: read by the ``rpc`` decorator: longest error message sent
         self.max_error_bytes = self.limits.grpc_max_error_bytes
 
@@ -108,13 +132,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         t0 = perf_counter_ns()
         if payload_bytes(request) > self.limits.offload_decode_bytes:  # keep the loop free for small calls
-            decoded = await asyncio.to_thread(decode_request, request, self.limits)
+            decoded, regions = await asyncio.to_thread(decode_infer, request, self.limits, self.shared_memory)
         else:
-            decoded = decode_request(request, self.limits)
+            decoded, regions = decode_infer(request, self.limits, self.shared_memory)
         t1 = perf_counter_ns()
         response = await self.dataplane.infer_async(decoded)
         t2 = perf_counter_ns()
-        encoded = encode_response(response)
+        encoded = encode_response(response, regions, self.shared_memory)
         self.dataplane.record_wire(response, t1 - t0, perf_counter_ns() - t2)
         return encoded
 
@@ -214,40 +238,65 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await asyncio.to_thread(self.dataplane.unload_model, request.model_name, dependents)
         return pb.RepositoryModelUnloadResponse()
 
-    # ----- not offered -----
+    # ----- system shared memory (the server's regions) -----
     @rpc
-    async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        raise _no_shared_memory("system")
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        status = pb.SystemSharedMemoryStatusResponse
+        rows = self.shared_memory.system.status(request.name)
+        return status(regions={r["name"]: status.RegionStatus(**r) for r in rows})
 
     @rpc
-    async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        raise _no_shared_memory("system")
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self.shared_memory.system.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
 
     @rpc
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        raise _no_shared_memory("system")
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self.shared_memory.system.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    # ----- CUDA shared memory (UNIMPLEMENTED without a GPU and cuda-python) -----
+    @rpc
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        status = pb.CudaSharedMemoryStatusResponse
+        rows = self.shared_memory.cuda.status(request.name)
+        return status(regions={r["name"]: status.RegionStatus(**r) for r in rows})
 
     @rpc
-    async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        raise _no_shared_memory("CUDA")
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        self.shared_memory.cuda.register(request.name, request.raw_handle, request.device_id, request.byte_size)
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @rpc
-    async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        raise _no_shared_memory("CUDA")
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self.shared_memory.cuda.unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # ----- trace and log settings -----
+    @rpc
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> pb.TraceSettingResponse:
+        if request.model_name:
+            self.dataplane.model_config(request.model_name)  # an unknown model is NOT_FOUND
+        changes = settings_from_trace(request)
+        return trace_settings_message(update_trace_settings(changes) if changes else trace_settings())
 
     @rpc
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        raise _no_shared_memory("CUDA")
-
-    @rpc
-    async def TraceSetting(self, request: Any, context: Context) -> Any:
-        raise Unsupported("the trace extension is not supported by this server; use the Prometheus metrics")
-
-    @rpc
-    async def LogSettings(self, request: Any, context: Context) -> Any:
-        raise Unsupported(
-            "the logging extension is not supported by this server; set the log level at start-up"
-        )
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
+        logs = LoggingSettings()
+        changes = settings_from_log(request)
+        return log_settings_message(logs.update(changes) if changes else logs.get())
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
@@ -295,8 +344,3 @@ def _load_files(params: dict[str, Any], model: str) -> dict[str, bytes]:
             files[key.removeprefix(FILE_PREFIX)] = value
     return files
 
-
-def _no_shared_memory(kind: str) -> Unsupported:
-    return Unsupported(
-        f"{kind} shared memory is not supported by this server; send tensors in raw_input_contents"
-    )

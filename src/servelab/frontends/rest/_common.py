@@ -13,8 +13,9 @@ from starlette.responses import Response
 
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
+from servelab.frontends.shared_memory import SharedMemory
 
-__all__ = ["dataplane", "in_thread", "json_response", "model_and_version", "settings"]
+__all__ = ["dataplane", "in_thread", "json_response", "model_and_version", "settings", "shared_memory"]
 
 T = TypeVar("T")
 _JSON = "application/json"
@@ -26,6 +27,11 @@ def dataplane(request: Request) -> DataPlane:
 
 def settings(request: Request) -> ServerSettings:
     return request.app.state.settings  # type: ignore[no-any-return]
+
+
+def shared_memory(request: Request) -> SharedMemory:
+    """The regions clients registered with this server (``create_app``'s ``shared_memory``)."""
+    return request.app.state.shared_memory  # type: ignore[no-any-return]
 
 
 def model_and_version(request: Request) -> tuple[str, str]:

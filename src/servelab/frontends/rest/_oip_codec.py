@@ -3,7 +3,10 @@
 A request body is a JSON header, optionally followed by raw tensors in the order of the JSON inputs
 that carry ``parameters.binary_data_size`` (header length in ``Inference-Header-Content-Length``). A
 response carries outputs as JSON ``data`` or, when asked (``binary_data`` per output, or the request
-parameter ``binary_data_output``), as raw bytes after the JSON with ``binary_data_size``.
+parameter ``binary_data_output``), as raw bytes after the JSON with ``binary_data_size``. Inputs and
+requested outputs may instead name a registered shared-memory region (``shared_memory_region``,
+``shared_memory_byte_size``, ``shared_memory_offset``): such inputs are read from it, such outputs written
+into it, their response entries carrying only name, datatype and shape (:mod:`..shared_memory`).
 Every malformed piece is an :class:`InvalidArgument` naming the field and what was expected.
 """
 
@@ -20,6 +23,7 @@ from servelab.config.settings import LimitSettings
 from servelab.errors import InvalidArgument
 from servelab.frontends.rest._numeric_lists import MIN_LIST_BYTES, LiftedLists, NotLifted, lift_lists
 from servelab.frontends.shapes import check_shape
+from servelab.frontends.shared_memory import RegionSlice, SharedMemory, slice_from_parameters
 from servelab.protocol.codecs import array_from_json, array_from_raw, array_to_json, array_to_raw
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
@@ -41,6 +45,8 @@ class DecodedRequest:
     binary_default: bool = False
     #: per-output ``binary_data`` settings (they override the default)
     binary_outputs: dict[str, bool] = field(default_factory=dict)
+    #: outputs the client asked to have written into its shared memory, by name
+    output_regions: dict[str, RegionSlice] = field(default_factory=dict)
 
 
 def split_body(body: bytes | bytearray, header_length: str | None) -> tuple[bytes | bytearray | memoryview, memoryview]:
@@ -84,16 +90,43 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _input_tensor(
-    item: Any, index: int, tail: memoryview, offset: int, limits: LimitSettings, lifted: LiftedLists | None
-) -> tuple[Tensor, int]:
+def _one_field(problem: str, where: str, detail: str) -> str:
+    """Triton's text for an input without exactly one source of data (clients match on it), then ours."""
+    return (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        f"'shared_memory_region' in 'parameters'. But {problem}: {where} {detail}; send one of them"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Sources:
+    """Where input bytes may come from besides JSON: the binary tail and the client's shared memory."""
+
+    tail: memoryview
+    limits: LimitSettings
+    lifted: LiftedLists | None = None
+    shared_memory: SharedMemory | None = None
+
+
+def _from_region(
+    item: dict[str, Any], where: str, region: RegionSlice, datatype: DataType, shape: tuple[int, ...],
+    sources: _Sources,
+) -> np.ndarray:
+    if "data" in item:
+        raise InvalidArgument(_one_field("multiple fields are set", where, "has both 'data' and shared_memory_region"))
+    if sources.shared_memory is None:
+        raise InvalidArgument(f"{where}: shared memory is not available on this endpoint; send 'data'")
+    return sources.shared_memory.read(region, datatype, shape, str(item["name"]))
+
+
+def _input_tensor(item: Any, index: int, offset: int, sources: _Sources) -> tuple[Tensor, int]:
     if not isinstance(item, dict):
         raise InvalidArgument(f"inputs[{index}] must be an object with name, shape, datatype and data")
     name = item.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"inputs[{index}]: 'name' must be a non-empty string")
     where = f"input '{name}'"
-    shape, count = check_shape(item.get("shape"), where, limits)
+    shape, count = check_shape(item.get("shape"), where, sources.limits)
     datatype_name = item.get("datatype")
     if not isinstance(datatype_name, str):
         raise InvalidArgument(f"{where}: 'datatype' must be a string such as \"FP32\"; got {datatype_name!r}")
@@ -102,10 +135,14 @@ def _input_tensor(
     except ValueError as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
     params = _parameters(item.get("parameters"), where)
+    region = slice_from_parameters(params, where)
+    if region is not None:
+        return Tensor(name, datatype, shape, _from_region(item, where, region, datatype, shape, sources), params), offset
+    tail = sources.tail
     size = params.get("binary_data_size")
     if size is not None:
         if "data" in item:
-            raise InvalidArgument(f"{where}: has both 'data' and parameters.binary_data_size; send one of them")
+            raise InvalidArgument(_one_field("multiple fields are set", where, "has both 'data' and binary_data_size"))
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidArgument(f"{where}: parameters.binary_data_size must be a non-negative integer")
         if offset + size > len(tail):
@@ -120,25 +157,30 @@ def _input_tensor(
         params = {k: v for k, v in params.items() if k != "binary_data_size"}
         return Tensor(name, datatype, shape, array, params), offset + size
     if "data" not in item:
-        raise InvalidArgument(f"{where}: has no 'data' and no parameters.binary_data_size")
+        raise InvalidArgument(_one_field("no field is set", where, "has no 'data' and no binary_data_size"))
     data = item["data"]
+    lifted = sources.lifted
     taken = lifted.take(data, datatype, shape, count, name) if lifted is not None else None
     array = taken if taken is not None else array_from_json(data, datatype, shape, name)
     return Tensor(name, datatype, shape, array, params), offset
 
 
-def _requested(value: Any) -> tuple[list[RequestedOutput], dict[str, bool]]:
+def _requested(value: Any) -> tuple[list[RequestedOutput], dict[str, bool], dict[str, RegionSlice]]:
     if value is None:
-        return [], {}
+        return [], {}, {}
     if not isinstance(value, list):
         raise InvalidArgument(f"'outputs' must be a list of {{\"name\": ...}} objects; got {type(value).__name__}")
     outputs: list[RequestedOutput] = []
     binary: dict[str, bool] = {}
+    regions: dict[str, RegionSlice] = {}
     for i, item in enumerate(value):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidArgument(f"outputs[{i}] must be an object with a string 'name'")
         name = item["name"]
         params = _parameters(item.get("parameters"), f"requested output '{name}'")
+        region = slice_from_parameters(params, f"requested output '{name}'")
+        if region is not None:
+            regions[name] = region
         classes = params.get("classification", 0)
         if not isinstance(classes, int) or isinstance(classes, bool) or classes < 0:
             raise InvalidArgument(f"requested output '{name}': parameters.classification must be an integer >= 0")
@@ -147,11 +189,16 @@ def _requested(value: Any) -> tuple[list[RequestedOutput], dict[str, bool]]:
                 raise InvalidArgument(f"requested output '{name}': parameters.binary_data must be true or false")
             binary[name] = params["binary_data"]
         outputs.append(RequestedOutput(name, classes, params))
-    return outputs, binary
+    return outputs, binary, regions
 
 
 def decode_body(
-    body: bytes | bytearray, header_length: str | None, model: str, version: str, limits: LimitSettings
+    body: bytes | bytearray,
+    header_length: str | None,
+    model: str,
+    version: str,
+    limits: LimitSettings,
+    shared_memory: SharedMemory | None = None,
 ) -> DecodedRequest:
     """A whole infer body (JSON header, optional binary tail) as a DecodedRequest.
 
@@ -165,10 +212,11 @@ def decode_body(
             try:
                 header = orjson.loads(lifted[0])
                 if isinstance(header, dict):
-                    return decode_infer(header, tail, model, version, limits, lifted[1])
+                    return decode_infer(header, tail, model, version, limits, lifted[1], shared_memory)
             except (orjson.JSONDecodeError, NotLifted):
                 pass  # the original body decodes below, and its errors name the right places
-    return decode_infer(parse_json_object(header_raw, "inference request"), tail, model, version, limits)
+    header = parse_json_object(header_raw, "inference request")
+    return decode_infer(header, tail, model, version, limits, shared_memory=shared_memory)
 
 
 def decode_infer(
@@ -178,8 +226,9 @@ def decode_infer(
     version: str,
     limits: LimitSettings,
     lifted: LiftedLists | None = None,
+    shared_memory: SharedMemory | None = None,
 ) -> DecodedRequest:
-    """Decode a parsed JSON header plus its binary tail into an InferRequest."""
+    """Decode a parsed JSON header plus its binary tail (and shared-memory inputs) into an InferRequest."""
     inputs_json = header.get("inputs")
     if not isinstance(inputs_json, list):
         raise InvalidArgument("request must have an 'inputs' list of {name, shape, datatype, data} objects")
@@ -192,8 +241,9 @@ def decode_infer(
         raise InvalidArgument("request parameters.binary_data_output must be true or false")
     tensors: list[Tensor] = []
     offset = 0
+    sources = _Sources(tail, limits, lifted, shared_memory)
     for i, item in enumerate(inputs_json):
-        tensor, offset = _input_tensor(item, i, tail, offset, limits, lifted)
+        tensor, offset = _input_tensor(item, i, offset, sources)
         tensors.append(tensor)
     if lifted is not None:
         lifted.check_all_taken()
@@ -202,9 +252,11 @@ def decode_infer(
             f"the inputs' binary_data_size values add up to {offset} bytes but {len(tail)} bytes follow the "
             "JSON header (check Inference-Header-Content-Length and each binary_data_size)"
         )
-    outputs, binary = _requested(header.get("outputs"))
+    outputs, binary, regions = _requested(header.get("outputs"))
+    if regions and shared_memory is None:
+        raise InvalidArgument("requested outputs name shared_memory_region, which this endpoint does not offer")
     request = InferRequest(model, tensors, version, request_id, outputs, params)
-    return DecodedRequest(request, binary_default, binary)
+    return DecodedRequest(request, binary_default, binary, regions)
 
 
 def raw_request(
@@ -245,13 +297,21 @@ def _json_data(array: np.ndarray, datatype: DataType) -> Any:
     return array_to_json(array, datatype)
 
 
-def encode_infer(response: InferResponse, decoded: DecodedRequest) -> tuple[bytes, int | None]:
-    """(body, JSON header length or None when every output is JSON)."""
+def encode_infer(
+    response: InferResponse, decoded: DecodedRequest, shared_memory: SharedMemory | None = None
+) -> tuple[bytes, int | None]:
+    """(body, JSON header length or None when every output is JSON).
+
+    Outputs asked for in shared memory are written there; their entries carry only name, datatype and
+    shape, as in Triton."""
     outputs: list[dict[str, Any]] = []
     chunks: list[bytes] = []
     for t in response.outputs:
         entry: dict[str, Any] = {"name": t.name, "datatype": t.datatype.value, "shape": list(t.shape)}
-        if decoded.binary_outputs.get(t.name, decoded.binary_default):
+        region = decoded.output_regions.get(t.name)
+        if region is not None and shared_memory is not None:
+            shared_memory.write(region, t.data, t.datatype, t.name)
+        elif decoded.binary_outputs.get(t.name, decoded.binary_default):
             raw = array_to_raw(t.data, t.datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)

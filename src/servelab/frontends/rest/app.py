@@ -12,8 +12,9 @@ from starlette.routing import BaseRoute, Route
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.frontends.auth import Door, guard_routes
-from servelab.frontends.rest import oip, tfserving, torchserve, torchserve_management
+from servelab.frontends.rest import oip, oip_extensions, tfserving, torchserve, torchserve_management
 from servelab.frontends.rest.errors import install_error_handlers
+from servelab.frontends.shared_memory import SharedMemory
 
 __all__ = ["create_app", "create_management_app", "create_metrics_app"]
 
@@ -47,14 +48,22 @@ def create_app(
     metrics_registry: CollectorRegistry,
     torchserve_defaults: dict[str, str] | None = None,
     door: Door | None = None,
+    shared_memory: SharedMemory | None = None,
 ) -> Starlette:
     """The HTTP port. ``torchserve_defaults`` (model -> default version) is shared with the management app;
-    ``door`` (keys, restricted APIs) guards the routes that need it."""
-    for ext in oip.EXTENSIONS:
+    ``door`` (keys, restricted APIs) guards the routes that need it; ``shared_memory`` holds the regions
+    clients register (the server's, shared with its gRPC port; a new one if not given)."""
+    shared_memory = shared_memory if shared_memory is not None else SharedMemory()
+    for ext in (*oip.EXTENSIONS, *shared_memory.extensions()):
         if ext not in dataplane.extensions:
             dataplane.extensions.append(ext)
-    routes = [*oip.routes(), *tfserving.routes(), *torchserve.routes(), _metrics_route(metrics_registry)]
-    return _app(routes, dataplane, settings, torchserve_defaults, door=door)
+    routes = [
+        *oip.routes(), *oip_extensions.routes(), *tfserving.routes(), *torchserve.routes(),
+        _metrics_route(metrics_registry),
+    ]
+    app = _app(routes, dataplane, settings, torchserve_defaults, door=door)
+    app.state.shared_memory = shared_memory
+    return app
 
 
 def create_management_app(

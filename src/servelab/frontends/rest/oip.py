@@ -1,4 +1,5 @@
-"""Open Inference Protocol REST routes with Triton's extensions (binary data, config, repository, stats)."""
+"""Open Inference Protocol REST routes with Triton's extensions (binary data, config, repository, stats;
+shared memory, trace and logging are in :mod:`.oip_extensions`)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,22 @@ from starlette.routing import BaseRoute, Route
 
 from servelab.errors import InvalidArgument
 from servelab.frontends.rest._body import off_loop_if_large, read_body
-from servelab.frontends.rest._common import dataplane, in_thread, json_response, model_and_version, settings
+from servelab.frontends.rest._common import (
+    dataplane,
+    in_thread,
+    json_response,
+    model_and_version,
+    settings,
+    shared_memory,
+)
 from servelab.frontends.rest._oip_codec import decode_body, encode_infer, parse_json_object, raw_request
+from servelab.frontends.trace_logging import LOGGING_EXTENSION
 from servelab.repository import FILE_PREFIX, config_to_dict
 
 __all__ = ["EXTENSIONS", "routes"]
 
-#: extensions this front-end adds to the data plane's list
-EXTENSIONS = ("binary_tensor_data",)
+#: extensions this front-end adds to the data plane's list (and the shared-memory ones: ``create_app``)
+EXTENSIONS = ("binary_tensor_data", LOGGING_EXTENSION)
 _HEADER_LENGTH = "inference-header-content-length"
 
 
@@ -75,13 +84,16 @@ async def infer(request: Request) -> Response:
         )
     else:
         decoded = await off_loop_if_large(
-            len(body), limits.offload_decode_bytes, decode_body, body, header_length, name, version, limits
+            len(body), limits.offload_decode_bytes, decode_body, body, header_length, name, version, limits,
+            shared_memory(request),
         )
     t1 = perf_counter_ns()
     response = await dp.infer_async(decoded.request)
     t2 = perf_counter_ns()
     size = sum(t.data.nbytes for t in response.outputs)
-    payload, json_length = await off_loop_if_large(size, limits.offload_decode_bytes, encode_infer, response, decoded)
+    payload, json_length = await off_loop_if_large(
+        size, limits.offload_decode_bytes, encode_infer, response, decoded, shared_memory(request)
+    )
     dp.record_wire(response, t1 - t0, perf_counter_ns() - t2)
     if json_length is None:
         return Response(payload, media_type="application/json")
