@@ -3,8 +3,8 @@
 Parameters (read by :class:`~servelab.backends.parameters.OpenVinoParameters`): ``PERFORMANCE_HINT`` (LATENCY|THROUGHPUT, default LATENCY), ``NUM_STREAMS``,
 ``INFERENCE_NUM_THREADS`` (default: the instance's threads), ``INFERENCE_PRECISION_HINT`` (default
 f32, so results match fp32 references; bf16/f16 trade accuracy for speed), and Triton's openvino-backend
-keys ``COMPILATION_NUM_THREADS`` and ``HINT_BF16`` (YES = bf16); its ``SKIP_OV_DYNAMIC_BATCHSIZE``,
-``ENABLE_BATCH_PADDING``, ``RESHAPE_IO_LAYERS`` and ``CPU_EXTENSION_PATH`` fail the load, saying so
+key ``HINT_BF16`` (YES = bf16); its ``SKIP_OV_DYNAMIC_BATCHSIZE``, ``ENABLE_BATCH_PADDING``,
+``RESHAPE_IO_LAYERS``, ``CPU_EXTENSION_PATH`` and ``COMPILATION_NUM_THREADS`` fail the load, saying so
 (Triton's openvino backend reads no ``optimization`` field). When the config batches,
 the model's first dimension is made dynamic. Each calling thread gets its own InferRequest, so
 ``infer`` is thread-safe. BF16 tensors cross as uint16 bits; BYTES tensors are not supported.
@@ -173,6 +173,5 @@ class OpenVinoBackend(Backend):
         }
         if params.num_streams is not None:
             props["NUM_STREAMS"] = params.num_streams
-        if params.compilation_num_threads is not None:
-            props["COMPILATION_NUM_THREADS"] = params.compilation_num_threads
+
         return props

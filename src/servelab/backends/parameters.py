@@ -167,9 +167,6 @@ class OpenVinoParameters(ModelParameters):
         description="Precision the plugin computes in; f32 matches fp32 references, bf16/f16 trade accuracy.",
     )  # fmt: skip
 
-    compilation_num_threads: int | None = Field(
-        None, ge=1, alias="COMPILATION_NUM_THREADS", description="Threads OpenVINO compiles the model with (Triton's key)."
-    )
     hint_bf16: bool | None = Field(
         None, alias="HINT_BF16", description="Triton's key: YES computes in bf16 (INFERENCE_PRECISION_HINT bf16)."
     )
@@ -179,6 +176,7 @@ class OpenVinoParameters(ModelParameters):
         "ENABLE_BATCH_PADDING": "servelab always makes a batching model's first dimension dynamic",
         "RESHAPE_IO_LAYERS": "reshaping I/O layers to the config dims is not implemented",
         "CPU_EXTENSION_PATH": "loading CPU extension libraries is not implemented",
+        "COMPILATION_NUM_THREADS": "this OpenVINO's CPU plugin has no such property (2026.4)",
     }
 
     @classmethod

@@ -88,7 +88,7 @@ class Signature:
             if spec.reshape is not None:
                 if out is arrays:
                     out = dict(arrays)
-                out[name] = array.reshape(self._backend_shape(spec, array.shape))
+                out[name] = self._reshape(spec, array, array.shape)
         return out
 
     def check_tensors(self, tensors: list[Tensor]) -> dict[str, np.ndarray]:
@@ -107,7 +107,7 @@ class Signature:
             if data.dtype != spec.datatype.numpy_dtype and spec.datatype is not DataType.BYTES:
                 data = data.astype(spec.datatype.numpy_dtype)
             if tuple(data.shape) != tuple(t.shape) or spec.reshape is not None:
-                data = data.reshape(self._backend_shape(spec, t.shape))
+                data = self._reshape(spec, data, t.shape)
             arrays[t.name] = data
         return arrays
 
@@ -203,6 +203,16 @@ class Signature:
         raise InvalidArgument(
             f"model '{self.model}': input '{spec.name}' has shape {list(shape)}; expected {spec.describe(self.batched)}"
         )
+
+    def _reshape(self, spec: TensorSpec, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """``data`` in the shape the backend gets; InvalidArgument when the config ``reshape`` cannot take it."""
+        try:
+            return data.reshape(self._backend_shape(spec, shape))
+        except ValueError:
+            raise InvalidArgument(
+                f"model '{self.model}': input '{spec.name}' has shape {list(shape)}, which does not reshape to the "
+                f"model's shape {list(spec.reshape or ())} (config reshape)"
+            ) from None
 
     def _backend_shape(self, spec: TensorSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
         if spec.reshape is None:
