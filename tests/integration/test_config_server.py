@@ -10,41 +10,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from harness.models import save_onnx, tensor
-from harness.repository import onnx_echo, write_config
+from harness.repository import densenet_model, onnx_echo
 from harness.servers import ServerProcess, running_server
-
-F = TensorProto.FLOAT
-
-
-def _densenet_like(repo: Path) -> None:
-    """Triton's densenet_onnx config over a tiny graph: score of class i = i * mean(pixels) * 3."""
-    d = repo / "densenet_onnx"
-    w = helper.make_tensor("w", F, [3, 1000], np.tile(np.arange(1000, dtype=np.float32), 3).tolist())
-    flat = helper.make_tensor("flat", TensorProto.INT64, [2], [1, 3])
-    shape = helper.make_tensor("shape", TensorProto.INT64, [4], [1, 1000, 1, 1])
-    nodes = [helper.make_node("GlobalAveragePool", ["data_0"], ["p"]), helper.make_node("Reshape", ["p", "flat"], ["f"]),
-             helper.make_node("MatMul", ["f", "w"], ["m"]), helper.make_node("Reshape", ["m", "shape"], ["fc6_1"])]  # fmt: skip
-    save_onnx(d / "1" / "model.onnx", nodes, [tensor("data_0", F, [1, 3, 224, 224])], [tensor("fc6_1", F, [1, 1000, 1, 1])], [w, flat, shape])
-    write_config(d, """
-        name: "densenet_onnx"
-        platform: "onnxruntime_onnx"
-        max_batch_size : 0
-        input [ { name: "data_0" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 3, 224, 224 ]
-                  reshape { shape: [ 1, 3, 224, 224 ] } } ]
-        output [ { name: "fc6_1" data_type: TYPE_FP32 dims: [ 1000 ] reshape { shape: [ 1, 1000, 1, 1 ] }
-                   label_filename: "densenet_labels.txt" } ]
-        """)
-    (d / "densenet_labels.txt").write_text("\n".join(f"CLASS_{i}" for i in range(1000)) + "\n")
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("configs")
-    _densenet_like(root)
+    densenet_model(root)
     warm = onnx_echo(root, "warm", "FP32", [4])
     text = (warm / "config.pbtxt").read_text()
     (warm / "config.pbtxt").write_text(text + """

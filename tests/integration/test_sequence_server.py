@@ -5,7 +5,6 @@ simple_dyna_sequence examples) and examples/triton_models/sequence_accumulator (
 
 from __future__ import annotations
 
-import importlib.util
 import queue
 import shutil
 from collections.abc import Iterator
@@ -19,24 +18,17 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from harness.repository import sequence_models
 from harness.servers import ServerProcess, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = [11, 7, 5, 3, 2, 0, 1]
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def sequence_server(tmp_path_factory: pytest.TempPathFactory, log_dir: Path) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("sequences")
-    _load(ROOT / "examples" / "sequence_models" / "build_sequence_models.py", "build_sequence_models").build(repo)
+    sequence_models(repo)
     shutil.copytree(ROOT / "examples" / "triton_models" / "sequence_accumulator", repo / "sequence_accumulator")
     with running_server(repo, log_dir, "sequence") as server:
         yield server

@@ -6,13 +6,11 @@ impossible)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -21,15 +19,15 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
+from harness.peers import installed_perf_analyzer, triton_serving
+from harness.repository import sequence_models
 from harness.servers import ServerProcess, running_server
-from servelab.bench._fetch import DownloadFailed
 from servelab.bench.peers.base import Endpoint
 from servelab.bench.specs import InputSpec, LoadSpec, TargetSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[3]
-PEERS_DIR = ROOT / ".peers"
 PYTHON_MODELS = ("sequence_accumulator", "add_sub", "reshaped")
 RESHAPED_CONFIG = """\
 name: "reshaped"
@@ -45,57 +43,24 @@ model_warmup [ { name: "zeros" batch_size: 2 inputs [
 """
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _installed(install: Any) -> None:
-    try:
-        install()
-    except DownloadFailed as exc:
-        pytest.skip(f"cannot download: {str(exc)[:400]}")
-
-
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ONNX sequence examples (servelab only: this Triton has no ONNX Runtime) and python models."""
+def servelab(tmp_path_factory: pytest.TempPathFactory, log_dir: Path) -> Iterator[ServerProcess]:
+    """servelab on the ONNX sequence examples (this Triton has no ONNX Runtime) and the python models."""
     root = tmp_path_factory.mktemp("sequence-peers")
-    _load(ROOT / "examples" / "sequence_models" / "build_sequence_models.py", "build_sequence_models").build(root)
+    sequence_models(root)
     for name in ("sequence_accumulator", "add_sub"):
         shutil.copytree(ROOT / "examples" / "triton_models" / name, root / name)
     shutil.copytree(root / "add_sub", root / "reshaped")  # add_sub's model.py: the reshape reaches it as [4]
     (root / "reshaped" / "config.pbtxt").write_text(RESHAPED_CONFIG)
-    return root
-
-
-@pytest.fixture(scope="module")
-def servelab(repo: Path, log_dir: Path) -> Iterator[ServerProcess]:
-    with running_server(repo, log_dir, "sequence-peers") as server:
+    with running_server(root, log_dir, "sequence-peers") as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def triton(repo: Path) -> Iterator[Endpoint]:
-    from servelab.bench.peers.triton import TritonPeer
-
-    with TritonPeer(PEERS_DIR) as peer:
-        _installed(peer.install)
-        for model in PYTHON_MODELS:
-            peer.add_python_model(repo / model)
-        yield peer.start()
-
-
-@pytest.fixture(scope="module")
-def perf_analyzer() -> Any:
-    from servelab.bench.perf_analyzer import PerfAnalyzer, PerfAnalyzerOptions
-
-    pa = PerfAnalyzer(PEERS_DIR, options=PerfAnalyzerOptions(percentile=None, extra_args=("--sequence-length", "5")))
-    _installed(pa.ensure)
-    return pa
+def triton(servelab: ServerProcess) -> Iterator[Endpoint]:
+    """Triton on the same folders of the python models."""
+    with triton_serving(servelab.repository / model for model in PYTHON_MODELS) as endpoint:
+        yield endpoint
 
 
 def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
@@ -105,7 +70,8 @@ def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("model", ["simple_sequence", "simple_dyna_sequence"])
-def test_perf_analyzer_drives_sequences(perf_analyzer: Any, servelab: ServerProcess, protocol: str, model: str) -> None:
+def test_perf_analyzer_drives_sequences(servelab: ServerProcess, protocol: str, model: str) -> None:
+    perf_analyzer = installed_perf_analyzer(percentile=None, extra_args=("--sequence-length", "5"))
     before = _stats(servelab, model)["inference_stats"]
     url = servelab.grpc_address if protocol == "grpc" else servelab.http_url
     target = TargetSpec(f"oip-{protocol}", url, server_pid=servelab.process.pid if servelab.process else None)  # type: ignore[arg-type]

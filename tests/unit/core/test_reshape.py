@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
-from harness.models import save_onnx, tensor, unary_onnx
-from harness.repository import write_config
+from harness.models import unary_onnx
+from harness.repository import densenet_model, write_config
 from servelab import Engine
 from servelab.errors import InvalidArgument
 
@@ -19,24 +19,7 @@ F = TensorProto.FLOAT
 
 def test_densenet_style_reshape_without_batching(tmp_path: Path) -> None:
     """Triton's densenet_onnx config: data_0 [3, 224, 224] -> model [1, 3, 224, 224]; fc6_1 back to [1000]."""
-    d = tmp_path / "densenet_onnx"
-    shape = helper.make_tensor("shape", TensorProto.INT64, [4], [1, 1000, 1, 1])
-    w = helper.make_tensor("w", F, [3, 1000], np.tile(np.arange(1000, dtype=np.float32), 3).tolist())
-    flat = helper.make_tensor("flat", TensorProto.INT64, [2], [1, 3])
-    nodes = [helper.make_node("GlobalAveragePool", ["data_0"], ["pooled"]),
-             helper.make_node("Reshape", ["pooled", "flat"], ["f"]), helper.make_node("MatMul", ["f", "w"], ["m"]),
-             helper.make_node("Reshape", ["m", "shape"], ["fc6_1"])]  # fmt: skip
-    save_onnx(d / "1" / "model.onnx", nodes, [tensor("data_0", F, [1, 3, 224, 224])], [tensor("fc6_1", F, [1, 1000, 1, 1])], [shape, w, flat])
-    write_config(d, """
-        name: "densenet_onnx"
-        platform: "onnxruntime_onnx"
-        max_batch_size : 0
-        input [ { name: "data_0" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 3, 224, 224 ]
-                  reshape { shape: [ 1, 3, 224, 224 ] } } ]
-        output [ { name: "fc6_1" data_type: TYPE_FP32 dims: [ 1000 ] reshape { shape: [ 1, 1000, 1, 1 ] }
-                   label_filename: "densenet_labels.txt" } ]
-        """)
-    (d / "densenet_labels.txt").write_text("\n".join(f"class{i}" for i in range(1000)))
+    densenet_model(tmp_path)
     with Engine(tmp_path) as engine:
         meta = engine.get_model_metadata("densenet_onnx")
         assert meta["inputs"][0]["shape"] == [3, 224, 224] and meta["outputs"][0]["shape"] == [1000]

@@ -80,10 +80,11 @@ def config(max_batch_size: int = 4, body: str = CONTROLS, extra: str = "", outpu
 
 @pytest.fixture
 def made() -> Iterator[list[SequenceBatcher]]:
+    """The batchers a test builds, closed after it (their threads end)."""
     batchers: list[SequenceBatcher] = []
     yield batchers
-    for b in batchers:
-        b.close()
+    while batchers:
+        batchers.pop().close()
 
 
 def build(made: list[SequenceBatcher], cfg: mc.ModelConfig, instances: int = 1, gate: ThreadGate | None = None) -> SequenceBatcher:
@@ -104,6 +105,19 @@ def seq(sid: int | str, start: bool = False, end: bool = False) -> dict[str, Any
 
 def run(coro: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(coro())  # type: ignore[arg-type]
+
+
+async def busy(b: SequenceBatcher, gate: ThreadGate, sid: int = 1) -> asyncio.Future[Outputs]:
+    """Start sequence ``sid`` with a request that holds the (only) instance at the gate."""
+    held = asyncio.ensure_future(b.run_async(x(HOLD), seq(sid, start=True)))
+    await gate.entered_async()
+    return held
+
+
+async def queued(b: SequenceBatcher, count: int) -> None:
+    """Until ``count`` requests wait in slots or the backlog (each submission is one loop turn away)."""
+    while b.pending < count:
+        await asyncio.sleep(0)
 
 
 def executions(b: SequenceBatcher, lane: int = 0) -> list[list[Inputs]]:
@@ -136,11 +150,9 @@ def test_direct_keeps_each_sequence_in_its_row_with_null_requests_below(made: li
     b = build(made, config(max_batch_size=2), gate=gate)
 
     async def main() -> None:
-        held = asyncio.ensure_future(b.run_async(x(HOLD), seq(1, start=True)))  # slot 0, instance busy
-        await gate.entered_async()
+        held = await busy(b, gate)  # slot 0
         second = asyncio.ensure_future(b.run_async(x(3), seq(2, start=True)))  # slot 1, waits
-        while b.pending < 1:
-            await asyncio.sleep(0)
+        await queued(b, 1)
         gate.open()
         await held
         assert int((await second)["OUTPUT"][0, 0]) == 3
@@ -159,12 +171,10 @@ def test_a_sequence_without_a_free_slot_waits_in_the_backlog_then_runs_in_order(
     b = build(made, config(max_batch_size=1), gate=gate)  # one slot only
 
     async def main() -> list[int]:
-        first = asyncio.ensure_future(b.run_async(x(HOLD), seq(1, start=True)))
-        await gate.entered_async()
+        first = await busy(b, gate)
         later = [asyncio.ensure_future(b.run_async(x(v), seq(2, start=v == 10, end=v == 30))) for v in (10, 20, 30)]
         end_1 = asyncio.ensure_future(b.run_async(x(1), seq(1, end=True)))
-        while b.pending < 4:
-            await asyncio.sleep(0)
+        await queued(b, 4)
         gate.open()
         await first
         await end_1
@@ -181,13 +191,11 @@ def test_oldest_batches_heads_of_different_sequences_oldest_first(made: list[Seq
     b = build(made, cfg, gate=gate)
 
     async def main() -> None:
-        held = asyncio.ensure_future(b.run_async(x(HOLD), seq(100, start=True)))
-        await gate.entered_async()
+        held = await busy(b, gate, 100)
         tasks = [asyncio.ensure_future(b.run_async(x(s), seq(s, start=True))) for s in (1, 2)]
         tasks.append(asyncio.ensure_future(b.run_async(x(11), seq(1))))  # sequence 1's second request
         tasks += [asyncio.ensure_future(b.run_async(x(s), seq(s, start=True))) for s in (3, 4, 5)]
-        while b.pending < 6:
-            await asyncio.sleep(0)
+        await queued(b, 6)
         gate.open()
         await asyncio.gather(held, *tasks)
 
@@ -302,12 +310,10 @@ def test_cancelling_a_queued_request_cancels_its_sequence(made: list[SequenceBat
     b = build(made, config(max_batch_size=1), gate=gate)
 
     async def main() -> None:
-        held = asyncio.ensure_future(b.run_async(x(HOLD), seq(1, start=True)))
-        await gate.entered_async()
+        held = await busy(b, gate)
         doomed = asyncio.ensure_future(b.run_async(x(2), seq(1)))
         follower = asyncio.ensure_future(b.run_async(x(3), seq(1)))
-        while b.pending < 2:
-            await asyncio.sleep(0)
+        await queued(b, 2)
         doomed.cancel()
         with pytest.raises(Cancelled, match="sequence 1 of model 'm' was cancelled"):
             await follower
@@ -325,14 +331,12 @@ def test_close_fails_queued_requests_and_refuses_new_ones(made: list[SequenceBat
     b = build(made, config(max_batch_size=1), gate=gate)
 
     async def main() -> None:
-        held = asyncio.ensure_future(b.run_async(x(HOLD), seq(1, start=True)))
-        await gate.entered_async()
-        queued = asyncio.ensure_future(b.run_async(x(2), seq(2, start=True)))
-        while b.pending < 1:
-            await asyncio.sleep(0)
+        held = await busy(b, gate)
+        waiting = asyncio.ensure_future(b.run_async(x(2), seq(2, start=True)))
+        await queued(b, 1)
         closing = asyncio.ensure_future(asyncio.to_thread(b.close))
         with pytest.raises(Unavailable, match="unloaded before the request ran"):
-            await queued
+            await waiting
         gate.open()
         await held
         await closing

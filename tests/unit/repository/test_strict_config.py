@@ -4,18 +4,15 @@ tensors are never auto-completed into its inputs."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import typer
 
-from harness.repository import onnx_echo, write_config
+from harness.repository import onnx_echo, sequence_models, write_config
 from servelab.cli.serve import _auto_complete, build_settings
 from servelab.errors import InvalidArgument
 from servelab.repository import ModelRepository
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_auto_complete_off_reads_nothing_from_the_model(tmp_path: Path) -> None:
@@ -49,12 +46,7 @@ def test_a_bad_strict_value_is_refused() -> None:
 
 
 def test_sequence_controls_and_state_are_not_completed_into_inputs(tmp_path: Path) -> None:
-    path = ROOT / "examples" / "sequence_models" / "build_sequence_models.py"
-    spec = importlib.util.spec_from_file_location("build_sequence_models", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.build(tmp_path, ("simple_string_dyna_sequence",))
+    sequence_models(tmp_path, "simple_string_dyna_sequence")
     d = tmp_path / "simple_string_dyna_sequence"
     text = (d / "config.pbtxt").read_text()
     start, end = text.index("\ninput ["), text.index("instance_group")

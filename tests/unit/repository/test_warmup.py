@@ -38,7 +38,7 @@ def _model(repo: Path, warmup: str, instances: int = 1, reshape: str = "") -> Pa
     extra = f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\nmodel_warmup [ {warmup} ]\n"
     d = python_model(repo, "w", RECORDING_PY, "FP32", [4], max_batch_size=4, extra=extra)
     if reshape:
-        text = (d / "config.pbtxt").read_text().replace("dims: [4] }", f"dims: [2, 2], reshape: {{ shape: [4] }} }}", 1)
+        text = (d / "config.pbtxt").read_text().replace("dims: [4] }", "dims: [2, 2], reshape: { shape: [4] } }", 1)
         (d / "config.pbtxt").write_text(text)
     return d
 

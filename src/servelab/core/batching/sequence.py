@@ -23,7 +23,6 @@ path carries request parameters: the in-process :meth:`run` refuses a sequence m
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from servelab.backends.base import Backend, Executed, Inputs, Outputs
+from servelab.core.batching._delivery import Result, awaiting
 from servelab.core.batching._sequence_policy import CORRID, END, READY, START, SequencePolicy
 from servelab.core.batching._sequence_slots import SeqPending, Slot, SlotTable
 from servelab.core.scheduling import Scheduler, request_rows
@@ -43,9 +43,6 @@ from servelab.protocol import model_config_pb2 as mc
 
 __all__ = ["SequenceBatcher"]
 
-Result = Outputs | ServelabError
-
-
 @dataclass(slots=True)
 class _Row:
     """One row of a batch: a queued request (or None: a null request keeping a direct slot's row)."""
@@ -53,15 +50,6 @@ class _Row:
     slot: Slot
     pending: SeqPending | None
     inputs: Inputs
-
-
-def _resolve(future: asyncio.Future[Outputs], result: Result) -> None:
-    if future.done():
-        return
-    if isinstance(result, ServelabError):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
 
 
 class SequenceBatcher(Scheduler):
@@ -97,13 +85,7 @@ class SequenceBatcher(Scheduler):
         policy = self.policy
         seq = policy.request(parameters, request_rows(inputs, policy.batched))
         policy.check_id(seq.sequence_id)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Outputs] = loop.create_future()
-
-        def deliver(result: Result) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed (server shutting down)
-                loop.call_soon_threadsafe(_resolve, future, result)
-
+        future, deliver = awaiting()
         key = tuple((n, a.dtype.str, a.shape[1:] if policy.batched else a.shape) for n, a in inputs.items())
         now = time.perf_counter_ns()
         p = SeqPending(inputs, seq, now, deliver, key)
