@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import textwrap
 from pathlib import Path
 
 import onnx
@@ -41,10 +40,10 @@ def _control(name: str, kind: str, extra: str = "int32_false_true: [ 0, 1 ]") ->
 START = _control("START", "CONTROL_SEQUENCE_START")
 END = _control("END", "CONTROL_SEQUENCE_END")
 READY = _control("READY", "CONTROL_SEQUENCE_READY")
-IO = """\
-input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-"""
+IO = (
+    'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+    'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+)
 
 
 def _save(path: Path, nodes: list[onnx.NodeProto], inputs: dict[str, int], outputs: list[str], name: str) -> None:
@@ -59,23 +58,20 @@ def _save(path: Path, nodes: list[onnx.NodeProto], inputs: dict[str, int], outpu
     onnx.save(model, path)
 
 
-def _config(folder: Path, text: str) -> None:
-    (folder / "config.pbtxt").write_text(textwrap.dedent(text))
+def _config(folder: Path, *lines: str) -> None:
+    (folder / "config.pbtxt").write_text("\n".join(lines) + "\n")
+
+
+def _header(name: str) -> tuple[str, ...]:
+    return f'name: "{name}"', 'platform: "onnxruntime_onnx"', "max_batch_size: 8"
 
 
 def build_simple_sequence(repo: Path) -> None:
     d = repo / "simple_sequence"
     nodes = [helper.make_node("Add", ["INPUT", "START"], ["sum"]), helper.make_node("Mul", ["READY", "sum"], ["OUTPUT"])]
     _save(d / "1" / "model.onnx", nodes, {"INPUT": I32, "START": I32, "READY": I32}, ["OUTPUT"], "simple_sequence")
-    _config(d, f"""\
-        name: "simple_sequence"
-        platform: "onnxruntime_onnx"
-        max_batch_size: 8
-        sequence_batching {{
-          control_input [ {START}, {READY} ]
-        }}
-        {IO.replace(chr(10), chr(10) + ' ' * 8)}instance_group [ {{ kind: KIND_CPU }} ]
-        """)
+    _config(d, *_header("simple_sequence"), f"sequence_batching {{ control_input [ {START}, {READY} ] }}", *IO,
+            "instance_group [ { kind: KIND_CPU } ]")  # fmt: skip
 
 
 def build_simple_dyna_sequence(repo: Path) -> None:
@@ -90,17 +86,11 @@ def build_simple_dyna_sequence(repo: Path) -> None:
     inputs = {"INPUT": I32, "START": I32, "END": I32, "READY": I32, "CORRID": U64}
     _save(d / "1" / "model.onnx", nodes, inputs, ["OUTPUT"], "simple_dyna_sequence")
     corrid = _control("CORRID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_UINT64")
-    _config(d, f"""\
-        name: "simple_dyna_sequence"
-        platform: "onnxruntime_onnx"
-        max_batch_size: 8
-        sequence_batching {{
-          max_sequence_idle_microseconds: 10000000
-          oldest {{ max_candidate_sequences: 1024 max_queue_delay_microseconds: 10000 }}
-          control_input [ {START}, {END}, {READY}, {corrid} ]
-        }}
-        {IO.replace(chr(10), chr(10) + ' ' * 8)}instance_group [ {{ count: 2 kind: KIND_CPU }} ]
-        """)
+    _config(
+        d, *_header("simple_dyna_sequence"), "sequence_batching {", "  max_sequence_idle_microseconds: 10000000",
+        "  oldest { max_candidate_sequences: 1024 max_queue_delay_microseconds: 10000 }",
+        f"  control_input [ {START}, {END}, {READY}, {corrid} ]", "}", *IO, "instance_group [ { count: 2 kind: KIND_CPU } ]",
+    )  # fmt: skip
 
 
 def build_simple_string_dyna_sequence(repo: Path) -> None:
@@ -118,18 +108,12 @@ def build_simple_string_dyna_sequence(repo: Path) -> None:
     inputs = {"INPUT": I32, "START": I32, "END": I32, "READY": I32, "CORRID": STR, "INPUT_STATE": I32}
     _save(d / "1" / "model.onnx", nodes, inputs, ["OUTPUT", "OUTPUT_STATE"], "simple_string_dyna_sequence")
     corrid = _control("CORRID", "CONTROL_SEQUENCE_CORRID", "data_type: TYPE_STRING")
-    _config(d, f"""\
-        name: "simple_string_dyna_sequence"
-        platform: "onnxruntime_onnx"
-        max_batch_size: 8
-        sequence_batching {{
-          max_sequence_idle_microseconds: 10000000
-          oldest {{ max_candidate_sequences: 64 }}
-          control_input [ {START}, {END}, {READY}, {corrid} ]
-          state [ {{ input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-        }}
-        {IO.replace(chr(10), chr(10) + ' ' * 8)}instance_group [ {{ kind: KIND_CPU }} ]
-        """)
+    _config(
+        d, *_header("simple_string_dyna_sequence"), "sequence_batching {", "  max_sequence_idle_microseconds: 10000000",
+        "  oldest { max_candidate_sequences: 64 }", f"  control_input [ {START}, {END}, {READY}, {corrid} ]",
+        '  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+        "}", *IO, "instance_group [ { kind: KIND_CPU } ]",
+    )  # fmt: skip
 
 
 def build_sequence_state(repo: Path) -> None:
@@ -137,23 +121,12 @@ def build_sequence_state(repo: Path) -> None:
     nodes = [helper.make_node("Add", ["INPUT_STATE", "INPUT"], ["OUTPUT_STATE"]),
              helper.make_node("Identity", ["OUTPUT_STATE"], ["OUTPUT"])]  # fmt: skip
     _save(d / "1" / "model.onnx", nodes, {"INPUT": I32, "INPUT_STATE": I32}, ["OUTPUT", "OUTPUT_STATE"], "sequence_state")
-    _config(d, """\
-        name: "sequence_state"
-        platform: "onnxruntime_onnx"
-        max_batch_size: 8
-        sequence_batching {
-          max_sequence_idle_microseconds: 10000000
-          state [ {
-            input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ]
-            initial_state { name: "zeros" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true }
-          } ]
-        }
-        input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-        output [
-          { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
-          { name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] }
-        ]
-        """)
+    _config(
+        d, *_header("sequence_state"), "sequence_batching {", "  max_sequence_idle_microseconds: 10000000",
+        '  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ]',
+        '            initial_state { name: "zeros" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } ]', "}", IO[0],
+        'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]',
+    )  # fmt: skip
 
 
 BUILDERS = {
