@@ -10,8 +10,11 @@ Models (each a ``config.pbtxt`` and ``1/model.py``; the same files serve on both
 - ``ort_inside``         onnxruntime inside a python model: a 64 -> 128 -> 16 MLP in ``model.onnx`` run by
                          ``servelab/bench/peers/_triton_onnx_model.py`` (the model.py ``servelab compare``
                          generates for Triton from an ONNX model), max_batch_size 8, one ORT thread
+- ``sequence_accumulator`` a stateful model on the sequence batcher (direct, START/END/READY/CORRID):
+                         INT32 [1] INPUT -> OUTPUT, the running sum per sequence, and CONTROLS (the
+                         control values it was given), max_batch_size 4
 
-The first two are kept here as files; the third's model.py is copied from the package, so the model
+All but ``ort_inside`` are kept here as files; its model.py is copied from the package, so the model
 ``compare`` generates and the one ``benchmarks/vs_triton.py`` measures are the same file.
 """
 
@@ -29,7 +32,8 @@ from servelab.bench.peers.base import ModelArtefacts, TensorInfo
 from servelab.bench.peers.triton import write_onnx_runner
 
 HERE = Path(__file__).resolve().parent
-MODELS = ("add_sub", "image_preprocess", "ort_inside")
+MODELS = ("add_sub", "image_preprocess", "ort_inside", "sequence_accumulator")
+_KEPT = ("add_sub", "image_preprocess", "sequence_accumulator")
 SEED = 0
 
 
@@ -55,10 +59,10 @@ def write_mlp_onnx(path: Path, features: int = 64, hidden: int = 128, classes: i
 
 
 def build(out: Path) -> Path:
-    """(Re)write the three models under ``out``; return it."""
+    """(Re)write the models under ``out``; return it."""
     for name in MODELS:
         shutil.rmtree(out / name, ignore_errors=True)
-    for name in ("add_sub", "image_preprocess"):
+    for name in _KEPT:
         shutil.copytree(HERE / name, out / name, ignore=shutil.ignore_patterns("__pycache__"))
     scratch = out / "_build"
     onnx_path = write_mlp_onnx(scratch / "model.onnx")

@@ -9,6 +9,7 @@
 - :mod:`harness.servers`: a real ``servelab serve`` subprocess on port 0, ready by its own signal
 - :mod:`harness.inprocess`: the gRPC front-end in a background thread, for tests of the server object
 - :mod:`harness.clients`: tritonclient inputs for every transport
+- :mod:`harness.peers`: the real Triton and perf_analyzer (unpacked under .peers/ on first use)
 
 Nothing is downloaded; every server listens on 127.0.0.1 only.
 """

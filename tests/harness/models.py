@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "DTYPES", "ECHO_PY", "GATED_PY", "IO", "NUMERIC_DTYPES", "XY", "dense_onnx", "eager", "echo_py",
+    "DTYPES", "ECHO_PY", "GATED_PY", "IO", "NUMERIC_DTYPES", "XY", "dense_onnx", "densenet_like_onnx", "eager", "echo_py",
     "gated_py", "linear_torchscript", "save_onnx", "scale_onnx", "tensor", "torch_mlp", "unary_onnx", "write_python_model",
 ]  # fmt: skip
 
@@ -113,6 +113,19 @@ def dense_onnx(path: Path, *weights: np.ndarray, io: tuple[str, str] = IO) -> Pa
     x = tensor(i, TensorProto.FLOAT, ["batch", weights[0].shape[0]])
     y = tensor(o, TensorProto.FLOAT, ["batch", weights[-1].shape[1]])
     return save_onnx(path, nodes, [x], [y], inits, name="dense")
+
+
+def densenet_like_onnx(path: Path) -> Path:
+    """The tensors of Triton's densenet_onnx example (data_0 FP32 [1, 3, 224, 224] -> fc6_1 [1, 1000, 1, 1])
+    around a tiny graph: score of class i = 3 i mean(data_0)."""
+    weights = numpy_helper.from_array(np.tile(np.arange(1000, dtype=np.float32), (3, 1)), "w")
+    flat = numpy_helper.from_array(np.array([1, 3], np.int64), "flat")
+    shape = numpy_helper.from_array(np.array([1, 1000, 1, 1], np.int64), "shape")
+    nodes = [helper.make_node("GlobalAveragePool", ["data_0"], ["pooled"]),
+             helper.make_node("Reshape", ["pooled", "flat"], ["rows"]), helper.make_node("MatMul", ["rows", "w"], ["m"]),
+             helper.make_node("Reshape", ["m", "shape"], ["fc6_1"])]  # fmt: skip
+    x, y = tensor("data_0", TensorProto.FLOAT, [1, 3, 224, 224]), tensor("fc6_1", TensorProto.FLOAT, [1, 1000, 1, 1])
+    return save_onnx(path, nodes, [x], [y], [weights, flat, shape], name="densenet_like")
 
 
 def torch_mlp(features_in: int = 16, hidden: int = 64, features_out: int = 8, seed: int = 0) -> torch.nn.Module:

@@ -28,6 +28,7 @@ from harness.models import (
     NUMERIC_DTYPES,
     XY,
     dense_onnx,
+    densenet_like_onnx,
     echo_py,
     gated_py,
     linear_torchscript,
@@ -37,12 +38,23 @@ from harness.models import (
 from harness.models import write_python_model as _write_python_model
 
 __all__ = [
-    "CLASS_LABELS", "TINY_WEIGHTS", "add_gated_model", "build_echo_models", "build_test_repository",
-    "dense_model", "echo_name", "io_config", "model_config", "onnx_echo", "python_model", "scale_model",
-    "tiny_repository", "write_config",
+    "CLASS_LABELS", "DENSENET_CONFIG", "TINY_WEIGHTS", "add_gated_model", "build_echo_models", "build_test_repository",
+    "dense_model", "densenet_model", "echo_name", "io_config", "model_config", "onnx_echo", "python_model", "scale_model",
+    "sequence_models", "tiny_repository", "write_config",
 ]  # fmt: skip
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "build_repository.py"
+SEQUENCE_EXAMPLES = EXAMPLES.parent / "sequence_models" / "build_sequence_models.py"
+#: Triton's docs/examples/model_repository/densenet_onnx/config.pbtxt (reshape on both sides, labels)
+DENSENET_CONFIG = """\
+name: "densenet_onnx"
+platform: "onnxruntime_onnx"
+max_batch_size : 0
+input [ { name: "data_0" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [ 3, 224, 224 ]
+          reshape { shape: [ 1, 3, 224, 224 ] } } ]
+output [ { name: "fc6_1" data_type: TYPE_FP32 dims: [ 1000 ] reshape { shape: [ 1, 1000, 1, 1 ] }
+           label_filename: "densenet_labels.txt" } ]
+"""
 CLASS_LABELS = ["cat", "dog", "bird", "fish"]
 #: ``tiny_*`` models: OUTPUT = INPUT @ TINY_WEIGHTS, FP32 [4] -> [3]
 TINY_WEIGHTS = np.arange(12, dtype=np.float32).reshape(4, 3) / 10.0
@@ -130,9 +142,9 @@ def add_gated_model(repo: Path, gate_port: int) -> Path:
     return python_model(repo, "gated", gated_py(gate_port), "FP32", [-1])
 
 
-def _examples() -> ModuleType:
-    """examples/build_repository.py as a module (it is a script, not on sys.path)."""
-    spec = importlib.util.spec_from_file_location("servelab_examples_build_repository", EXAMPLES)
+def _examples(path: Path = EXAMPLES) -> ModuleType:
+    """An examples/ builder script as a module (it is a script, not on sys.path)."""
+    spec = importlib.util.spec_from_file_location(f"servelab_examples_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -149,6 +161,21 @@ def build_test_repository(repo: Path) -> Path:
     onnx_echo(repo, "classify", "FP32", [4], labels=CLASS_LABELS)
     onnx_echo(repo, "counted", "INT32", [-1])
     return repo
+
+
+def densenet_model(repo: Path) -> Path:
+    """``densenet_onnx``: Triton's config over :func:`harness.models.densenet_like_onnx`, labels CLASS_<i>."""
+    d = repo / "densenet_onnx"
+    densenet_like_onnx(d / "1" / "model.onnx")
+    write_config(d, DENSENET_CONFIG)
+    (d / "densenet_labels.txt").write_text("\n".join(f"CLASS_{i}" for i in range(1000)) + "\n")
+    return d
+
+
+def sequence_models(repo: Path, *names: str) -> Path:
+    """examples/sequence_models (all, or the named ones) under ``repo``: Triton's simple_sequence configs."""
+    builder = _examples(SEQUENCE_EXAMPLES)
+    return builder.build(repo, names or builder.MODELS)  # type: ignore[no-any-return]
 
 
 def scale_model(repo: Path, name: str, versions: dict[int, float], config: str = "") -> Path:

@@ -320,7 +320,7 @@ def test_rest_classify_and_regress(http: httpx.Client, reference: Reference) -> 
 def test_batching_parameters_became_dynamic_batching(http: httpx.Client) -> None:
     config = http.get("/v2/models/lin/config").json()
     assert config["max_batch_size"] == 8
-    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == "2000"
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 2000  # a number, as Triton writes it
     assert config["dynamic_batching"]["preferred_batch_size"] == [4, 8]
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "complete_config",
     "config_dtype",
     "model_file",
+    "sequence_tensors",
     "to_config_dtype",
 ]
 
@@ -73,14 +74,57 @@ def model_file(config: mc.ModelConfig, version_dir: Path, *defaults: str) -> Pat
     raise InvalidArgument(f"no model file in version folder {version_dir.name}; expected one of {list(defaults)}")
 
 
+def control_dtype(control: mc.ModelSequenceBatching.Control) -> DataType:
+    """The datatype of a sequence control tensor: from its false/true pair, or ``data_type`` (CORRID)."""
+    if control.int32_false_true:
+        return DataType.INT32
+    if control.fp32_false_true:
+        return DataType.FP32
+    if control.bool_false_true:
+        return DataType.BOOL
+    if control.data_type == mc.TYPE_INVALID:
+        raise InvalidArgument(
+            f"sequence control {mc.ModelSequenceBatching.Control.Kind.Name(control.kind)} has no datatype: set "
+            "int32_false_true, fp32_false_true or bool_false_true (START, END, READY) or data_type (CORRID)"
+        )
+    return config_dtype(control.data_type)
+
+
+def sequence_tensors(config: mc.ModelConfig) -> tuple[dict[str, DataType], frozenset[str]]:
+    """The inputs the sequence batcher supplies (control and implicit-state inputs -> datatype) and the
+    implicit-state outputs. Clients never send those inputs, so auto-complete leaves them out of
+    ``input``; a state output is a client output only where ``output`` lists it (as in Triton)."""
+    if not config.HasField("sequence_batching"):
+        return {}, frozenset()
+    sb = config.sequence_batching
+    inputs: dict[str, DataType] = {}
+    for ci in sb.control_input:
+        for control in ci.control:
+            inputs[ci.name] = control_dtype(control)
+    for state in sb.state:
+        if state.data_type != mc.TYPE_INVALID:
+            inputs[state.input_name] = config_dtype(state.data_type)
+    return inputs, frozenset(s.output_name for s in sb.state)
+
+
 def model_batches(specs: list[TensorSpec]) -> bool:
     """True when every tensor has a dynamic first dimension (the batch axis)."""
     return bool(specs) and all(len(s.shape) >= 1 and s.shape[0] < 0 for s in specs)
 
 
 def complete_config(config: mc.ModelConfig, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
-    """Fill missing tensors, data types, dims and max_batch_size in place; check what is given."""
-    everything = inputs + outputs
+    """Fill missing tensors, data types, dims and max_batch_size in place; check what is given.
+
+    A sequence model's control and state inputs come from the sequence batcher, and its state outputs
+    go back to it: they are checked against the model (batch axis included) but never added to
+    ``input`` / ``output``; a state output the config lists itself is completed like any output.
+    """
+    supplied, state_outputs = sequence_tensors(config)
+    listed = {t.name for t in config.output}
+    hidden = [s for s in inputs if s.name in supplied] + [s for s in outputs if s.name in state_outputs and s.name not in listed]
+    inputs = [s for s in inputs if s.name not in supplied]
+    outputs = [s for s in outputs if s.name not in state_outputs or s.name in listed]
+    everything = inputs + outputs + hidden
     full_rank_given = any(
         len(t.dims) == len(s.shape) and len(s.shape) > 0
         for field, specs in ((config.input, inputs), (config.output, outputs))

@@ -3,7 +3,9 @@
 Parameters (config.pbtxt ``parameters``, read by :class:`~servelab.backends.parameters.OnnxRuntimeParameters`):
 ``intra_op_thread_count`` (default: the instance's threads), ``inter_op_thread_count``,
 ``graph_optimization_level`` (disable|basic|extended|all), ``allow_spinning`` (0/1),
-``execution_providers`` (comma list, e.g. "CUDAExecutionProvider").
+``execution_providers`` (comma list, e.g. "CUDAExecutionProvider"; when given it decides alone).
+Triton's ``optimization`` block is honoured as Triton's onnxruntime backend honours it
+(:mod:`servelab.backends._ort_optimization`): ``graph.level`` and the CPU / GPU execution accelerators.
 
 Data types: every OIP datatype. ORT's Python binding cannot take or return numpy bfloat16 arrays,
 so BF16 inputs are fed as OrtValues and BF16 outputs read through ``run_with_ort_values``; string
@@ -22,6 +24,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from servelab.backends._ort_optimization import Provider, cpu_accelerators, gpu_accelerators, graph_level
 from servelab.backends._specs import TensorSpec, complete_config, model_file
 from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
 from servelab.backends.parameters import OnnxRuntimeParameters
@@ -53,7 +56,6 @@ _OPT_LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
-_GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
 _BF16 = DataType.BF16.numpy_dtype
 
 
@@ -191,16 +193,16 @@ class OnnxRuntimeBackend(Backend):
             opts.execution_mode = (
                 ort.ExecutionMode.ORT_PARALLEL if inter > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
             )
-        opts.graph_optimization_level = _OPT_LEVELS[params.graph_optimization_level]
+        opts.graph_optimization_level = _OPT_LEVELS[graph_level(self.config, params.graph_optimization_level)]
         if params.allow_spinning is not None:
             spin = "1" if params.allow_spinning else "0"
             opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
             opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
         return opts
 
-    def _providers(self) -> list[str]:
+    def _providers(self) -> list[Provider]:
         available = ort.get_available_providers()
-        names = list(self.params.execution_providers)
+        names: list[Provider] = list(self.params.execution_providers)
         if names:
             missing = [p for p in names if p not in available]
             if missing:
@@ -209,5 +211,5 @@ class OnnxRuntimeBackend(Backend):
                 )
             return [*names, "CPUExecutionProvider"] if "CPUExecutionProvider" not in names else names
         wants_gpu = any(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in self.config.instance_group)
-        gpu = [p for p in _GPU_PROVIDERS if wants_gpu and p in available]
-        return [*gpu, "CPUExecutionProvider"]
+        gpu = gpu_accelerators(self.config, available) if wants_gpu else []
+        return [*gpu, *cpu_accelerators(self.config, available), "CPUExecutionProvider"]

@@ -2,7 +2,10 @@
 
 Parameters (read by :class:`~servelab.backends.parameters.OpenVinoParameters`): ``PERFORMANCE_HINT`` (LATENCY|THROUGHPUT, default LATENCY), ``NUM_STREAMS``,
 ``INFERENCE_NUM_THREADS`` (default: the instance's threads), ``INFERENCE_PRECISION_HINT`` (default
-f32, so results match fp32 references; bf16/f16 trade accuracy for speed). When the config batches,
+f32, so results match fp32 references; bf16/f16 trade accuracy for speed), and Triton's openvino-backend
+key ``HINT_BF16`` (YES = bf16); its ``SKIP_OV_DYNAMIC_BATCHSIZE``, ``ENABLE_BATCH_PADDING``,
+``RESHAPE_IO_LAYERS``, ``CPU_EXTENSION_PATH`` and ``COMPILATION_NUM_THREADS`` fail the load, saying so
+(Triton's openvino backend reads no ``optimization`` field). When the config batches,
 the model's first dimension is made dynamic. Each calling thread gets its own InferRequest, so
 ``infer`` is thread-safe. BF16 tensors cross as uint16 bits; BYTES tensors are not supported.
 """
@@ -165,9 +168,10 @@ class OpenVinoBackend(Backend):
         threads = params.inference_num_threads
         props: dict[str, Any] = {
             "PERFORMANCE_HINT": params.performance_hint,
-            "INFERENCE_PRECISION_HINT": params.inference_precision_hint,
+            "INFERENCE_PRECISION_HINT": params.precision,
             "INFERENCE_NUM_THREADS": self.ctx.threads if threads is None else threads,
         }
         if params.num_streams is not None:
             props["NUM_STREAMS"] = params.num_streams
+
         return props

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from servelab.errors import InvalidArgument
+from servelab.errors import InvalidArgument, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 
 __all__ = [
@@ -166,6 +166,37 @@ class OpenVinoParameters(ModelParameters):
         "f32", alias="INFERENCE_PRECISION_HINT",
         description="Precision the plugin computes in; f32 matches fp32 references, bf16/f16 trade accuracy.",
     )  # fmt: skip
+
+    hint_bf16: bool | None = Field(
+        None, alias="HINT_BF16", description="Triton's key: YES computes in bf16 (INFERENCE_PRECISION_HINT bf16)."
+    )
+    #: Triton's openvino-backend keys servelab does not implement: set, they fail the load (not ignored)
+    refused: ClassVar[dict[str, str]] = {
+        "SKIP_OV_DYNAMIC_BATCHSIZE": "servelab always makes a batching model's first dimension dynamic",
+        "ENABLE_BATCH_PADDING": "servelab always makes a batching model's first dimension dynamic",
+        "RESHAPE_IO_LAYERS": "reshaping I/O layers to the config dims is not implemented",
+        "CPU_EXTENSION_PATH": "loading CPU extension libraries is not implemented",
+        "COMPILATION_NUM_THREADS": "this OpenVINO's CPU plugin has no such property (2026.4)",
+    }
+
+    @classmethod
+    def from_map(cls, values: dict[str, str]) -> Self:
+        for key, why in cls.refused.items():
+            if key in values:
+                raise Unsupported(f"openvino parameter {key!r} is set, but servelab does not implement it ({why}); remove it")
+        return super().from_map(values)
+
+    @field_validator("hint_bf16", mode="before")
+    @classmethod
+    def _yes_no(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().upper() in ("YES", "NO"):
+            return value.strip().upper() == "YES"
+        return _bool(value)
+
+    @property
+    def precision(self) -> str:
+        """INFERENCE_PRECISION_HINT, with Triton's HINT_BF16=YES meaning bf16."""
+        return "bf16" if self.hint_bf16 else self.inference_precision_hint
 
     @field_validator("performance_hint", mode="before")
     @classmethod

@@ -35,6 +35,15 @@ def build_settings(repositories: list[Path], settings_file: Path | None, **flags
     return settings
 
 
+def _auto_complete(strict: str | None, disable: bool) -> bool | None:
+    """The auto_complete_config setting from Triton's two flags (None: neither given)."""
+    if strict is not None and strict.strip().lower() not in ("true", "false", "1", "0"):
+        raise typer.BadParameter(f"--strict-model-config takes true or false, got {strict!r}")
+    if disable or (strict is not None and strict.strip().lower() in ("true", "1")):
+        return False
+    return None if strict is None else True
+
+
 def _secret(value: str | None) -> SecretStr | None:
     """Keys travel as SecretStr, so a settings error elsewhere in ``auth`` cannot print them."""
     return SecretStr(value) if value is not None else None
@@ -70,6 +79,8 @@ def serve(
     grpc_root_cert: Annotated[Path | None, typer.Option("--grpc-root-cert", help="PEM CA of gRPC client certificates.")] = None,
     grpc_use_ssl_mutual: Annotated[str | None, typer.Option("--grpc-use-ssl-mutual", help="true | false: require gRPC client certificates.")] = None,
     allow_custom_backends: Annotated[bool, typer.Option("--allow-custom-backends", help="Allow `backend: \"module:Class\"` in configs (imports that module).")] = False,
+    strict_model_config: Annotated[str | None, typer.Option("--strict-model-config", help="true: no auto-complete, config.pbtxt must be complete (Triton's flag; = --disable-auto-complete-config).")] = None,
+    disable_auto_complete_config: Annotated[bool, typer.Option("--disable-auto-complete-config", help="Read nothing from model files; configs must state inputs, outputs, max_batch_size.")] = False,
     max_tensor_elements: Annotated[int | None, typer.Option("--max-tensor-elements", help="Largest element count of one input tensor.")] = None,
     max_tensor_rank: Annotated[int | None, typer.Option("--max-tensor-rank", help="Most dimensions of one input tensor [32].")] = None,
     offload_decode_bytes: Annotated[int | None, typer.Option("--offload-decode-bytes", help="Bodies above this decode in a worker thread [1 MiB].")] = None,
@@ -104,6 +115,7 @@ def serve(
             strict_readiness=strict_readiness,
             exit_timeout_s=exit_timeout_s,
             allow_custom_backends=allow_custom_backends or None,
+            auto_complete_config=_auto_complete(strict_model_config, disable_auto_complete_config),
             limits={
                 "max_body_bytes": max_body_bytes, "request_timeout_s": request_timeout_s,
                 "max_tensor_elements": max_tensor_elements, "max_tensor_rank": max_tensor_rank,

@@ -345,6 +345,11 @@ class ServerSettings(BaseSettings):
     repository_poll_secs: float = Field(15.0, gt=0, description="Poll interval in poll mode.")
     exit_timeout_s: float = Field(30.0, ge=0, description="How long SIGTERM waits for in-flight requests.")
     strict_readiness: bool = Field(True, description="Ready only when every start-up model is READY.")
+    auto_complete_config: bool = Field(
+        True,
+        description="Complete configs from the model files (inputs, outputs, max_batch_size); Triton's "
+        "--disable-auto-complete-config or --strict-model-config=true turn it off (defaults are still filled).",
+    )
     allow_custom_backends: bool = Field(
         False,
         description="Allow `backend: \"module:Class\"` in model configs, which imports that module (runs its "

@@ -34,6 +34,8 @@ BASE_EXTENSIONS = (
     "model_configuration",
     "statistics",
     "parameters",
+    "sequence",
+    "sequence(string_id)",
 )
 
 
@@ -150,7 +152,7 @@ class DataPlane:
         lv = self.registry.get(name, version)
         try:
             checked = lv.signature.check_arrays(inputs)
-            result = lv.scheduler.run(checked)
+            result = lv.signature.client_outputs(lv.scheduler.run(checked))
             if outputs is not None:
                 lv.signature.check_outputs(outputs)
                 result = {n: result[n] for n in outputs}
@@ -191,6 +193,7 @@ class DataPlane:
 
     def _response(self, lv: LoadedVersion, request: InferRequest, outputs: Outputs) -> InferResponse:
         t0 = time.perf_counter_ns()
+        outputs = lv.signature.client_outputs(outputs)
         tensors: list[Tensor] = []
         wanted = request.outputs or [RequestedOutput(n) for n in lv.signature.outputs]
         for r in wanted:

@@ -30,6 +30,7 @@ from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailabl
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import ModelRepository, ModelSource
 from servelab.repository.config import read_config
+from servelab.repository.warmup import run_warmup
 from servelab.trust import check_model_name, check_version
 
 __all__ = ["LoadedVersion", "ModelRecord", "ModelRegistry", "ModelState", "SchedulerFactory"]
@@ -415,6 +416,7 @@ class ModelRegistry:
         instances = self._start_workers(cls, contexts) if isolated else self._load_threads(cls, contexts)
         stats = ModelStats(source.name, version)
         try:
+            run_warmup(instances, source.warmup, source.name)  # model_warmup: every instance, before ready
             signature = Signature(config, self.max_tensor_elements)
             scheduler = self.scheduler_factory(instances, stats, config)
         except BaseException:

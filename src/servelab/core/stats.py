@@ -69,11 +69,10 @@ class ModelStats:
             self.compute_infer.add(infer_ns * requests, requests)
             self.compute_output.add(output_ns * requests, requests)
 
-    def record_request(self, ok: bool, total_ns: int, queue_ns: int = 0) -> None:
+    def record_request(self, ok: bool, total_ns: int) -> None:
+        """One answered request (its queue time comes from the scheduler, :meth:`record_queue`)."""
         with self._lock:
             (self.success if ok else self.fail).add(total_ns)
-            if ok:
-                self.queue.add(queue_ns)
             self.last_inference_ms = int(time.time() * 1000)
 
     def record_queue(self, ns: int) -> None:

@@ -2,6 +2,10 @@
 
 A :class:`Signature` is computed once per loaded model from its config, so checking a request is a few
 dict lookups and tuple compares. Every error names the tensor, what was expected and what came.
+
+``reshape`` (Triton's ModelTensorReshape): an input arrives in its ``dims`` and reaches the backend in its
+``reshape`` shape; an output leaves the backend in its ``reshape`` shape and reaches the client in its
+``dims`` (:meth:`Signature.client_outputs`). The batch dimension, when the model batches, stays in front.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Signature:
         self.outputs = {t.name: _spec(t) for t in config.output}
         self.required = frozenset(n for n, s in self.inputs.items() if not s.optional)
         self.max_elements = max_tensor_elements
+        self._reshaped = tuple(s for s in self.outputs.values() if s.reshape is not None)
 
     def check_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Validate numpy inputs (the in-process path); returns them, reshaped where the config says."""
@@ -83,7 +88,7 @@ class Signature:
             if spec.reshape is not None:
                 if out is arrays:
                     out = dict(arrays)
-                out[name] = array.reshape(self._backend_shape(spec, array.shape))
+                out[name] = self._reshape(spec, array, array.shape)
         return out
 
     def check_tensors(self, tensors: list[Tensor]) -> dict[str, np.ndarray]:
@@ -102,9 +107,38 @@ class Signature:
             if data.dtype != spec.datatype.numpy_dtype and spec.datatype is not DataType.BYTES:
                 data = data.astype(spec.datatype.numpy_dtype)
             if tuple(data.shape) != tuple(t.shape) or spec.reshape is not None:
-                data = data.reshape(self._backend_shape(spec, t.shape))
+                data = self._reshape(spec, data, t.shape)
             arrays[t.name] = data
         return arrays
+
+    def client_outputs(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The backend's outputs with every ``reshape`` output in its config ``dims`` (views, no copy)."""
+        if not self._reshaped:
+            return outputs
+        out = dict(outputs)
+        for spec in self._reshaped:
+            array = out.get(spec.name)
+            if array is not None:
+                out[spec.name] = self._client_shape(spec, array)
+        return out
+
+    def _client_shape(self, spec: TensorSpec, array: np.ndarray) -> np.ndarray:
+        lead = array.shape[:1] if self.batched else ()
+        dims = list(spec.dims)
+        wild = [i for i, d in enumerate(dims) if d < 0]
+        if len(wild) > 1:  # variable dims take the backend's variable sizes, in order
+            assert spec.reshape is not None
+            given = array.shape[len(lead):]
+            sizes = [given[i] for i, d in enumerate(spec.reshape) if d < 0 and i < len(given)]
+            for i, size in zip(wild, sizes, strict=False):
+                dims[i] = size
+        try:
+            return array.reshape(lead + tuple(dims))
+        except ValueError:
+            raise InvalidArgument(
+                f"model '{self.model}': output '{spec.name}' has shape {list(array.shape)}, which does not reshape "
+                f"to its config dims {list(spec.dims)} (config reshape {list(spec.reshape or ())})"
+            ) from None
 
     def check_outputs(self, names: list[str]) -> None:
         for name in names:
@@ -169,6 +203,16 @@ class Signature:
         raise InvalidArgument(
             f"model '{self.model}': input '{spec.name}' has shape {list(shape)}; expected {spec.describe(self.batched)}"
         )
+
+    def _reshape(self, spec: TensorSpec, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """``data`` in the shape the backend gets; InvalidArgument when the config ``reshape`` cannot take it."""
+        try:
+            return data.reshape(self._backend_shape(spec, shape))
+        except ValueError:
+            raise InvalidArgument(
+                f"model '{self.model}': input '{spec.name}' has shape {list(shape)}, which does not reshape to the "
+                f"model's shape {list(spec.reshape or ())} (config reshape)"
+            ) from None
 
     def _backend_shape(self, spec: TensorSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
         if spec.reshape is None:

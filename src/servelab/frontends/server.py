@@ -90,7 +90,8 @@ class Server:
         self.tfserving = TfServingRepository.from_settings(tfs) if tfs.config_file else None
         self.registry = ModelRegistry(
             self.tfserving or ModelRepository(
-                list(settings.model_repository), allow_custom_backends=settings.allow_custom_backends),
+                list(settings.model_repository), allow_custom_backends=settings.allow_custom_backends,
+                auto_complete=settings.auto_complete_config),
             ControlMode.POLL if self.tfserving else settings.model_control_mode,
             max_tensor_elements=settings.limits.max_tensor_elements,
             drain_timeout_s=settings.exit_timeout_s,

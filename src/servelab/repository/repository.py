@@ -17,8 +17,11 @@ from servelab.backends import Backend, backend_class, backend_for_files, backend
 from servelab.errors import InvalidArgument, NotFound, ServelabError
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository.config import read_config
+from servelab.repository.defaults import fill_defaults
+from servelab.repository.fields import check_fields
 from servelab.repository.uploads import UploadedFolders
 from servelab.repository.versions import available_versions, select_versions
+from servelab.repository.warmup import WarmupSample, read_warmup
 from servelab.trust import check_model_name, check_uploadable, redact, resolve_inside, version_file
 
 __all__ = ["ModelRepository", "ModelSource"]
@@ -40,17 +43,26 @@ class ModelSource:
     backend_class: type[Backend] | None = None
     #: output name -> its labels (``label_filename``), read at load so that a reload reads them again
     labels: dict[str, list[str]] = field(default_factory=dict)
+    #: ``model_warmup`` samples, built (and their files read) at load; run on every instance
+    warmup: list[WarmupSample] = field(default_factory=list)
 
 
 class ModelRepository:
     def __init__(
-        self, roots: Path | str | list[Path] | list[str], *, allow_custom_backends: bool = False
+        self,
+        roots: Path | str | list[Path] | list[str],
+        *,
+        allow_custom_backends: bool = False,
+        auto_complete: bool = True,
     ) -> None:
         items = roots if isinstance(roots, list) else [roots]
         self._given = [str(r) for r in items]
         self.roots = [Path(r).resolve() for r in items]
         #: ``backend: "module:Class"`` imports that module: only when the operator allows it
         self.allow_custom_backends = allow_custom_backends
+        #: False: Triton's --disable-auto-complete-config (--strict-model-config): nothing is read from the
+        #: model file; config.pbtxt must state inputs, outputs and max_batch_size (defaults are still filled)
+        self.auto_complete = auto_complete
         self.uploads = UploadedFolders()
         for root in self.roots:
             if not root.is_dir():
@@ -156,10 +168,14 @@ class ModelRepository:
         for v in versions:
             _check_model_filename(config, available[v])
         labels = read_labels(config, directory)
-        cls.autocomplete(config, newest)
-        check_complete(config)
+        if self.auto_complete:
+            cls.autocomplete(config, newest)
+        check_complete(config, strict=not self.auto_complete)
+        check_fields(config, backend)
+        fill_defaults(config)
+        warmup = read_warmup(config, directory)
         chosen = {v: available[v] for v in versions}
-        return ModelSource(name, directory, config, backend, chosen, fingerprint, cls, labels)
+        return ModelSource(name, directory, config, backend, chosen, fingerprint, cls, labels, warmup)
 
 
 def _fingerprint(directory: Path) -> str:
@@ -223,17 +239,24 @@ def _check_model_filename(config: mc.ModelConfig, version_dir: Path) -> Path:
     return version_file(version_dir, config.default_model_filename or ".", "default_model_filename")
 
 
-def check_complete(config: mc.ModelConfig) -> None:
-    """Every input and output must have a name, a datatype and dims after auto-complete."""
+def check_complete(config: mc.ModelConfig, *, strict: bool = False) -> None:
+    """Every input and output must have a name, a datatype and dims after auto-complete.
+
+    ``strict``: auto-complete is off, so the message says that nothing was read from the model file.
+    """
     where = f"model '{config.name}'"
+    source = (
+        "auto-complete is off (--disable-auto-complete-config / --strict-model-config), so config.pbtxt "
+        "must state it" if strict else "none could be read from the model"
+    )
     if not config.input:
         raise InvalidArgument(
-            f"{where}: no inputs in config.pbtxt and none could be read from the model; add e.g. "
+            f"{where}: no inputs in config.pbtxt and {source}; add e.g. "
             '`input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [16] }]`'
         )
     if not config.output:
         raise InvalidArgument(
-            f"{where}: no outputs in config.pbtxt and none could be read from the model; add e.g. "
+            f"{where}: no outputs in config.pbtxt and {source}; add e.g. "
             '`output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [16] }]`'
         )
     seen: set[tuple[str, str]] = set()

@@ -23,15 +23,14 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 
 from harness.models import dense_onnx
+from harness.peers import PEERS_DIR, installed, installed_perf_analyzer, triton_serving
 from harness.repository import TINY_WEIGHTS
-from servelab.bench._fetch import DownloadFailed
 from servelab.bench.peers.base import Endpoint
 from servelab.bench.specs import InputSpec, LoadSpec, TargetSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[3]
-PEERS_DIR = ROOT / ".peers"
 MODELS = ("add_sub", "image_preprocess", "ort_inside")
 RNG = np.random.default_rng(3)
 FEEDS: dict[str, dict[str, np.ndarray]] = {
@@ -56,29 +55,17 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _builder().build(tmp_path_factory.mktemp("triton-models") / "models")
 
 
-def _installed(install: Any) -> None:
-    try:
-        install()
-    except DownloadFailed as exc:
-        pytest.skip(f"cannot download: {str(exc)[:400]}")
-
-
 @pytest.fixture(scope="module")
 def triton(repo: Path) -> Iterator[Endpoint]:
-    from servelab.bench.peers.triton import TritonPeer
-
-    with TritonPeer(PEERS_DIR) as peer:
-        _installed(peer.install)
-        for model in MODELS:
-            peer.add_python_model(repo / model)
-        yield peer.start()
+    with triton_serving(repo / model for model in MODELS) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")
 def triton_installed() -> None:
     from servelab.bench.peers._triton_install import TritonInstall
 
-    _installed(lambda: TritonInstall(PEERS_DIR).ensure())
+    installed(lambda: TritonInstall(PEERS_DIR).ensure())
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +79,7 @@ def servelab(repo: Path) -> Iterator[Endpoint]:
 
 @pytest.fixture(scope="module")
 def perf_analyzer() -> Any:
-    from servelab.bench.perf_analyzer import PerfAnalyzer, PerfAnalyzerOptions
-
-    pa = PerfAnalyzer(PEERS_DIR, options=PerfAnalyzerOptions(percentile=None))
-    _installed(pa.ensure)
-    return pa
+    return installed_perf_analyzer(percentile=None)
 
 
 def _infer(endpoint: Endpoint, protocol: str, model: str) -> dict[str, np.ndarray]:

@@ -23,12 +23,12 @@ in-process callers batch, queue and time out exactly like network ones.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from typing import Any
 
 from servelab.backends.base import Backend, Executed, Inputs, Outputs
+from servelab.core.batching._delivery import Result, awaiting
 from servelab.core.batching._policy import BatchPolicy
 from servelab.core.batching._queue import Pending, RequestQueue
 from servelab.core.cache import ResponseCache
@@ -40,8 +40,6 @@ from servelab.protocol import model_config_pb2 as mc
 
 __all__ = ["DynamicBatcher"]
 
-Result = Outputs | ServelabError
-
 
 def _int_param(parameters: dict[str, Any], key: str) -> int | None:
     value = parameters.get(key)
@@ -51,15 +49,6 @@ def _int_param(parameters: dict[str, Any], key: str) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         raise InvalidArgument(f"request parameter '{key}' must be an integer, got {value!r}") from None
-
-
-def _resolve(future: asyncio.Future[Outputs], result: Result) -> None:
-    if future.done():  # the client went away
-        return
-    if isinstance(result, ServelabError):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
 
 
 class DynamicBatcher(Scheduler):
@@ -148,12 +137,7 @@ class DynamicBatcher(Scheduler):
 
     async def _run_async(self, inputs: Inputs, parameters: dict[str, Any]) -> Outputs:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Outputs] = loop.create_future()
-
-        def deliver(result: Result) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed (server shutting down)
-                loop.call_soon_threadsafe(_resolve, future, result)
-
+        future, deliver = awaiting()
         p = self._pending(inputs, parameters, deliver)
         self._submit(p)
         timer = loop.call_later((p.deadline_ns - p.enqueue_ns) / 1e9, self._expire) if p.deadline_ns else None

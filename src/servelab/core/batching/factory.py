@@ -11,6 +11,7 @@ from functools import partial
 
 from servelab.backends.base import Backend
 from servelab.core.batching.batcher import DynamicBatcher
+from servelab.core.batching.sequence import SequenceBatcher
 from servelab.core.cache import ResponseCache
 from servelab.core.scheduling import DirectScheduler, Scheduler
 from servelab.core.stats import ModelStats
@@ -26,12 +27,15 @@ def make_scheduler(
     *,
     cache: ResponseCache | None = None,
 ) -> Scheduler:
-    """The scheduler a config asks for: DynamicBatcher with ``dynamic_batching``, else DirectScheduler.
+    """The scheduler a config asks for: SequenceBatcher with ``sequence_batching``, DynamicBatcher with
+    ``dynamic_batching``, else DirectScheduler.
 
     ``instances`` are thread instances or worker processes (the registry decided, before building
     them). ``response_cache { enable: true }`` uses ``cache`` (the server's shared one) or, without
     one, a cache of this version alone.
     """
+    if config.HasField("sequence_batching"):  # its files (initial_state/) lie in the model's folder
+        return SequenceBatcher(instances, stats, config, model_dir=instances[0].ctx.version_dir.parent)
     use_cache: ResponseCache | None = None
     if config.response_cache.enable:
         use_cache = cache if cache is not None else ResponseCache()

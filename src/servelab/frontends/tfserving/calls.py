@@ -76,7 +76,15 @@ async def predict(
         outputs=[RequestedOutput(n) for n in dict.fromkeys(output_filter)],
     )
     response = await catalog.dataplane.infer_async(request)
-    return response.model_version, {t.name: t.data for t in response.outputs}
+    return response.model_version, {t.name: _as_signed(sig, t.name, t.data) for t in response.outputs}
+
+
+def _as_signed(sig: SignatureView, key: str, array: np.ndarray) -> np.ndarray:
+    """An output in its signature's rank: Triton's [1] + empty reshape answers [N, 1] for TF's [N]."""
+    shape = sig.signature_def.outputs[key].tensor_shape
+    if not shape.unknown_rank and len(shape.dim) == array.ndim - 1 and array.ndim == 2 and array.shape[-1] == 1:
+        return array.reshape(array.shape[0])
+    return array
 
 
 def _examples_input(target: Target, method: str, verb: str, serialized: Sequence[bytes]) -> dict[str, np.ndarray]:
