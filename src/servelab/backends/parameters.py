@@ -61,6 +61,8 @@ class ModelParameters(BaseModel):
 
     #: who reads these keys, for error messages ("onnxruntime backend", "scheduler")
     reader: ClassVar[str] = "model"
+    #: fields written even at their default, where a reader of the file wants to see the value
+    written_always: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -88,6 +90,10 @@ class ModelParameters(BaseModel):
     def to_map(self) -> dict[str, str]:
         """The keys this object sets (``None`` fields are left out), as config strings."""
         dumped = self.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
+        for name in self.written_always:
+            value = getattr(self, name)
+            if value is not None:
+                dumped[type(self).model_fields[name].alias or name] = value
         return {key: _text(value) for key, value in dumped.items()}
 
     def write(self, config: mc.ModelConfig) -> None:
