@@ -47,18 +47,20 @@ def _timed(fn: object, feed: Feed, duration_s: float, min_calls: int = 5) -> lis
 def measure_inprocess(
     artefact: ArtefactRef, folder: Path, feed: Feed, threads: int, duration_s: float = 0.5
 ) -> InProcessResult:
-    """Median one-row latency and full-batch rows/s of ``artefact`` with ``threads`` runtime threads."""
+    """Median one-row latency and full-batch rows/s of ``artefact`` with ``threads`` runtime threads; for a
+    model that does not batch, ``feed`` is one whole request: its latency, and requests/s as "rows"/s."""
     config = artefact_config(folder)
     threads_parameters(config, threads).write(config)
-    batch = max(1, min(config.max_batch_size or 1, len(next(iter(feed.values())))))
+    batched = config.max_batch_size > 0
+    batch = max(1, min(config.max_batch_size, len(next(iter(feed.values()))))) if batched else 1
     try:
         backend = backend_class(config.backend)(BackendContext(config.name, 1, folder / "1", config, threads))
         backend.load()
     except Exception as exc:  # reported as a row that could not run
         return InProcessResult(artefact, float("nan"), 0.0, batch, 0, f"load failed: {exc}")
     try:
-        one = {k: v[:1] for k, v in feed.items()}
-        full = {k: v[:batch] for k, v in feed.items()}
+        one = {k: v[:1] for k, v in feed.items()} if batched else feed
+        full = {k: v[:batch] for k, v in feed.items()} if batched else feed
         for _ in range(3):
             backend.infer(one)
             backend.infer(full)

@@ -285,6 +285,8 @@ def convert(spec: ConvertSpec, progress: Progress | None = None) -> ConvertResul
                            conv.data_source, spec.out, conv.max_batch_size)  # fmt: skip
     result.manifest = spec.out / f"{conv.name}.convert.json"
     result.manifest.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    if not conv.batched:  # the request it was checked on: select measures on it when given no --data
+        np.savez(spec.out / f"{conv.name}.request.npz", **conv.samples[0])  # type: ignore[arg-type]
     return result
 
 

@@ -24,6 +24,7 @@ class GraphSamplerParameters(ModelParameters):
 
     reader: ClassVar[str] = "graphsage_sampler"
     written_always: ClassVar[tuple[str, ...]] = ("fanouts",)
+    threads_field: ClassVar[str | None] = "threads"
 
     graph_dir: str | None = Field(
         None, description="Graph store folder relative to the model repository (required at load), e.g. _graphs/demo."
@@ -60,6 +61,7 @@ class FusedSageParameters(GraphSamplerParameters):
 
     reader: ClassVar[str] = "graphsage"
     written_always: ClassVar[tuple[str, ...]] = ("fanouts", "runtime")
+    threads_field: ClassVar[str | None] = "layers_threads"
 
     runtime: Literal["onnxruntime", "openvino"] = Field(
         "onnxruntime", description="What runs the dense graph (model.onnx)."
