@@ -35,6 +35,8 @@ from servelab.repository import config_to_text
 __all__ = ["SelectResult", "SelectSpec", "run_select"]
 
 Progress = Callable[[str], None]
+#: the time the quick search leaves per reference peer (start-up in its own environment and a rate search)
+PEER_RESERVE_S = 75.0
 
 
 @dataclass
@@ -59,6 +61,8 @@ class SelectSpec:
     peers: tuple[str, ...] = ("torchserve", "mlserver", "triton")
     peers_dir: Path = Path(".peers")
     budget_fraction: float = 0.25
+    #: wall-clock budget of the whole command; the quick search stops early to keep within it (not --exhaustive)
+    time_budget_s: float | None = 720.0
     keep_runtimes: int = 3
     inprocess_s: float = 0.5
     exhaustive: bool = False
@@ -70,6 +74,8 @@ class SelectSpec:
             raise InvalidArgument("give --data FILE (real input samples), or --random-inputs to measure on random data")
         if not 0 < self.budget_fraction <= 1:
             raise InvalidArgument(f"--budget must be in (0, 1], got {self.budget_fraction}")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise InvalidArgument(f"--time-budget-min must be > 0, got {self.time_budget_s / 60:g}")
         bad = [p for p in self.peers if p not in PEERS]
         if bad:
             raise InvalidArgument(f"--peers {list(self.peers)}: expected some of {sorted(PEERS)} (or none)")
@@ -155,9 +161,11 @@ def _measure_settings(spec: SelectSpec, converted: Converted, samples: list[dict
 
 def _inprocess(spec: SelectSpec, converted: Converted, samples: list[dict[str, Any]], progress: Progress) -> list[InProcessResult]:
     feed = stack(samples[: max(a.max_batch_size for a in converted.artefacts)]) if converted.batched else samples[0]
-    out = []
+    out: list[InProcessResult] = []
+    batch = None  # chosen on the first artefact's latency, then the same for all (they compare at one batch)
     for a in converted.artefacts:
-        r = measure_inprocess(a, converted.folder(a), feed, max(spec.threads), spec.inprocess_s)
+        r = measure_inprocess(a, converted.folder(a), feed, max(spec.threads), spec.inprocess_s, batch)
+        batch = batch or (r.batch if r.error is None else None)
         progress(f"in process {a.label}: {r.latency_ms:.3f} ms one row, {r.rows_per_s:,.0f} rows/s at batch {r.batch}"
                  + (f" ({r.error})" if r.error else ""))  # fmt: skip
         out.append(r)
@@ -234,7 +242,8 @@ def run_select(spec: SelectSpec, progress: Progress | None = None) -> SelectResu
         log = [f"exhaustive: every one of the {grid.size} grid points measured"]
     else:
         budget = max(1, math.floor(spec.budget_fraction * grid.size))
-        _, log = quick_search(grid, survivors, measurer, budget)
+        deadline = None if spec.time_budget_s is None else started + spec.time_budget_s - PEER_RESERVE_S * len(spec.peers)
+        _, log = quick_search(grid, survivors, measurer, budget, deadline)
     log = [grid_note, *log] if grid_note else log
     peers = _peers(spec, converted, say)
     rows = _rows(converted, measurer.results, peers)

@@ -55,10 +55,13 @@ class MeasureSettings:
 
     def load(self, mode: str, level: float) -> LoadSpec:
         cap = max(10.0, self.window_ms * self.max_windows * 4 / 1000)
+        # at a request rate, warm up for at most about a second of arrivals: a slow model (a ResNet-50 at a
+        # few requests/s) would otherwise spend longer warming up than measuring
+        warmup = self.warmup_requests if mode != "request_rate" else max(3, min(self.warmup_requests, int(level)))
         return LoadSpec(
             mode=mode, levels=(level,), arrivals="poisson" if mode == "request_rate" else "constant",  # type: ignore[arg-type]
             measurement_interval_ms=self.window_ms, max_windows=self.max_windows,
-            warmup_requests=self.warmup_requests, max_inflight=self.max_inflight, max_level_s=cap,
+            warmup_requests=warmup, max_inflight=self.max_inflight, max_level_s=cap,
         )  # fmt: skip
 
     def inputs(self) -> InputSpec:
