@@ -7,7 +7,6 @@ Triton is unpacked under ``.peers/`` on first use; the test skips only where tha
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 import tritonclient.http as thttp
 from conftest import running_server
 
+from harness.models import sage_layers_source
 from servelab.advisor.grid import Batching
 from servelab.advisor.matrix import Constraints, parse_weights
 from servelab.advisor.select import SelectResult, SelectSpec, run_select
@@ -29,24 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 PEERS_DIR = Path(__file__).resolve().parents[2] / ".peers"
 F, C, H, K = 8, 3, 16, (3, 3)
-FACTORY = textwrap.dedent(
-    f"""
-    import torch
-    from servelab.graph.model import SageConfig, SageLayers
-    from servelab.graph.parity import example_block
-
-    input_names = ["x", "nbr1", "nbr2"]
-    output_names = ["logits", "embeddings"]
-    max_batch_size = 0
-
-    def make_model():
-        torch.manual_seed(0)
-        return SageLayers(SageConfig({F}, {C}, hidden={H}, fanouts={K})).eval()
-
-    def example_inputs():
-        return tuple(torch.from_numpy(a) for a in example_block({F}, {K}, batch=2, hop1=3, hop2=4, seed=1))
-    """
-)
+FACTORY = sage_layers_source(F, C, H, K)
 
 
 def _triton_ready() -> None:

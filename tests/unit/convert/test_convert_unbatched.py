@@ -5,38 +5,19 @@ the traced example, and data that does not fit is refused naming the input."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from harness.models import sage_layers_source
 from servelab.convert.pipeline import ConvertSpec, convert
 from servelab.errors import InvalidArgument
 from servelab.graph.parity import example_block
 from servelab.repository import ModelRepository
 
 F, C, H, K = 8, 3, 16, (3, 3)
-FACTORY = textwrap.dedent(
-    f"""
-    import torch
-    from servelab.graph.model import SageConfig, SageLayers
-    from servelab.graph.parity import example_block
-
-    input_names = ["x", "nbr1", "nbr2"]
-    output_names = ["logits", "embeddings"]
-    max_batch_size = 0
-    dynamic_axes = {{"x": {{0: "n_all"}}, "nbr1": {{0: "n1"}}, "nbr2": {{0: "batch"}},
-                     "logits": {{0: "batch"}}, "embeddings": {{0: "batch"}}}}
-
-    def make_model():
-        torch.manual_seed(0)
-        return SageLayers(SageConfig({F}, {C}, hidden={H}, fanouts={K})).eval()
-
-    def example_inputs():
-        return tuple(torch.from_numpy(a) for a in example_block({F}, {K}, batch=2, hop1=3, hop2=4, seed=1))
-    """
-)
+FACTORY = sage_layers_source(F, C, H, K)
 
 
 @pytest.fixture()
