@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "DTYPES", "ECHO_PY", "GATED_PY", "IO", "NUMERIC_DTYPES", "XY", "dense_onnx", "densenet_like_onnx", "eager", "echo_py",
-    "gated_py", "linear_torchscript", "save_onnx", "scale_onnx", "tensor", "torch_mlp", "unary_onnx", "write_python_model",
+    "DTYPES", "ECHO_PY", "GATED_PY", "IO", "NUMERIC_DTYPES", "SAGE_LAYERS_SOURCE", "XY", "dense_onnx", "densenet_like_onnx",
+    "eager", "echo_py", "gated_py", "linear_torchscript", "sage_layers_source", "save_onnx", "scale_onnx", "tensor",
+    "torch_mlp", "unary_onnx", "write_python_model",
 ]  # fmt: skip
 
 OPSET = 17
@@ -207,3 +208,31 @@ def write_python_model(model_dir: Path, source: str, version: int = 1) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(source)
     return path
+
+
+#: a module-factory source (``servelab convert`` / ``select``) of GraphSAGE layers, a model that does not batch
+SAGE_LAYERS_SOURCE = """\
+import torch
+from servelab.graph.model import SageConfig, SageLayers
+from servelab.graph.parity import example_block
+
+input_names = ["x", "nbr1", "nbr2"]
+output_names = ["logits", "embeddings"]
+max_batch_size = 0
+dynamic_axes = {{"x": {{0: "n_all"}}, "nbr1": {{0: "n1"}}, "nbr2": {{0: "batch"}},
+                 "logits": {{0: "batch"}}, "embeddings": {{0: "batch"}}}}
+
+
+def make_model():
+    torch.manual_seed(0)
+    return SageLayers(SageConfig({features}, {classes}, hidden={hidden}, fanouts={fanouts})).eval()
+
+
+def example_inputs():
+    return tuple(torch.from_numpy(a) for a in example_block({features}, {fanouts}, batch=2, hop1=3, hop2=4, seed=1))
+"""
+
+
+def sage_layers_source(features: int, classes: int, hidden: int, fanouts: tuple[int, int]) -> str:
+    """Python source of small GraphSAGE layers with random weights: x [n_all, F], nbr1, nbr2 -> logits, embeddings."""
+    return SAGE_LAYERS_SOURCE.format(features=features, classes=classes, hidden=hidden, fanouts=fanouts)

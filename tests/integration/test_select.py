@@ -25,7 +25,7 @@ from servelab.advisor.matrix import Constraints, parse_weights
 from servelab.advisor.report import MATRIX_COLUMNS, write_reports
 from servelab.advisor.select import SelectResult, SelectSpec, run_select
 from servelab.advisor.wire import MeasureSettings
-from servelab.backends.parameters import OnnxRuntimeParameters
+from servelab.backends import backend_parameters
 from servelab.repository import parse_config_text
 
 CHROMIUM = shutil.which("chromium")
@@ -74,8 +74,12 @@ def test_select_writes_a_config_that_serves(selected: tuple[SelectResult, Path, 
     assert config.name == "net" and config.backend == winner.candidate.artefact.backend
     assert config.HasField("dynamic_batching") == winner.candidate.batching.on
     assert config.instance_group[0].count == 1
-    if config.backend == "onnxruntime":  # written through the schema the backend reads
-        assert OnnxRuntimeParameters.read(config).intra_op_thread_count == 1
+    if winner.candidate.batching.on:
+        batching = winner.candidate.batching
+        assert (config.max_batch_size, config.dynamic_batching.max_queue_delay_microseconds) == (
+            batching.max_batch_size, batching.max_queue_delay_us)
+    params = backend_parameters(config.backend).read(config)  # written through the schema the backend reads
+    assert params.threads_field is not None and getattr(params, params.threads_field) == winner.candidate.threads
     with running_server(repo, tmp_path, "selected", "--model-control-mode", "explicit", "--load-model", "net") as server:
         x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
         body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [3, 8], "data": x.ravel().tolist()}]}

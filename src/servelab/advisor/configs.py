@@ -1,7 +1,8 @@
 """A candidate as a config.pbtxt: the artefact's config with batching, instances and threads set.
 
-Threads go through the backend's parameter schema (``intra_op_thread_count`` for ONNX Runtime and torch,
-``INFERENCE_NUM_THREADS`` for OpenVINO), instances through ``instance_group``, batching through
+Threads go through the backend's parameter schema (its ``threads_field``: ``intra_op_thread_count`` for
+ONNX Runtime and torch, ``INFERENCE_NUM_THREADS`` for OpenVINO, ``layers_threads`` for the fused GraphSAGE
+backend; plug-ins' schemas found by backend name), instances through ``instance_group``, batching through
 ``dynamic_batching`` -- the fields and keys the server reads, written by the code that reads them.
 """
 
@@ -12,7 +13,8 @@ import shutil
 from pathlib import Path
 
 from servelab.advisor.grid import Candidate
-from servelab.backends.parameters import ModelParameters, OpenVinoParameters, parameters_for
+from servelab.backends import backend_parameters
+from servelab.backends.parameters import ModelParameters
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import config_to_text
 from servelab.repository.config import read_config
@@ -22,13 +24,7 @@ __all__ = ["candidate_config", "install_model", "threads_parameters"]
 
 def threads_parameters(config: mc.ModelConfig, threads: int) -> ModelParameters:
     """The backend's parameters of ``config`` with its runtime threads per instance set to ``threads``."""
-    schema = parameters_for(config.backend)
-    current = schema.read(config)
-    if isinstance(current, OpenVinoParameters):
-        return current.model_copy(update={"inference_num_threads": threads})
-    if "intra_op_thread_count" in schema.model_fields:
-        return current.model_copy(update={"intra_op_thread_count": threads})
-    return current
+    return backend_parameters(config.backend).read(config).with_threads(threads)
 
 
 def candidate_config(artefact_config: mc.ModelConfig, candidate: Candidate, name: str) -> mc.ModelConfig:

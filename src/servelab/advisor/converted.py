@@ -28,6 +28,16 @@ class Converted:
     artefacts: list[ArtefactRef]
     manifest: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def batched(self) -> bool:
+        """False for a model that does not batch (``max_batch_size`` 0): it takes whole requests."""
+        return any(a.max_batch_size > 0 for a in self.artefacts)
+
+    @property
+    def request_file(self) -> Path:
+        """The request convert checked a model that does not batch on (one array per input)."""
+        return self.repository / f"{self.name}.request.npz"
+
     def folder(self, artefact: ArtefactRef) -> Path:
         return self.repository / artefact.model
 
@@ -62,5 +72,5 @@ def read_converted(repository: Path, name: str | None = None) -> Converted:
         config = (repository / a["model"] / "config.pbtxt").read_text()
         batch = next((int(line.split(":")[1]) for line in config.splitlines() if line.startswith("max_batch_size:")), 0)
         drop = float((a.get("parity") or {}).get("accuracy_drop", 0.0))
-        artefacts.append(ArtefactRef(a["model"], a["backend"], a["precision"], batch, drop))
+        artefacts.append(ArtefactRef(a["model"], a["backend"], a["precision"], batch, drop, a.get("target", "")))
     return Converted(doc["name"], repository.resolve(), _tensors(doc["inputs"]), _tensors(doc["outputs"]), artefacts, doc)

@@ -15,6 +15,8 @@ from servelab.errors import InvalidArgument
 __all__ = ["FRONT_DOORS", "ArtefactRef", "Batching", "Candidate", "Grid", "parse_batching", "parse_ints"]
 
 FrontDoor = Literal["rest", "grpc"]
+#: targets whose label is not their backend's name (torch.export programs run on the pytorch backend too)
+_TARGET_LABELS = {"torch_export": "pytorch-export"}
 FRONT_DOORS: tuple[str, ...] = ("rest", "grpc")
 
 
@@ -43,10 +45,11 @@ class ArtefactRef:
     precision: str
     max_batch_size: int
     accuracy_drop: float = 0.0
+    target: str = ""  # convert's target; named in the label where two share a backend (torch.export, TorchScript)
 
     @property
     def label(self) -> str:
-        return f"{self.backend}/{self.precision}"
+        return f"{_TARGET_LABELS.get(self.target, self.backend)}/{self.precision}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,13 @@ class InProcessResult:
     error: str | None = None
 
 
-def _timed(fn: object, feed: Feed, duration_s: float, min_calls: int = 5) -> list[float]:
+#: a full-batch call may take this share of the run's duration (a slow model gets a smaller batch) ...
+_CALL_SHARE = 1 / 3
+#: ... but never fewer rows than this (batching is what the full-batch figure is about)
+_MIN_BATCH = 4
+
+
+def _timed(fn: object, feed: Feed, duration_s: float, min_calls: int = 3) -> list[float]:
     times: list[float] = []
     deadline = time.perf_counter() + duration_s
     while len(times) < min_calls or time.perf_counter() < deadline:
@@ -44,30 +50,44 @@ def _timed(fn: object, feed: Feed, duration_s: float, min_calls: int = 5) -> lis
     return times
 
 
+def choose_batch(latency_s: float, cap: int, duration_s: float) -> int:
+    """The full batch of the in-process run: as many rows as fit a third of ``duration_s`` at the one-row
+    latency, at least 4, at most ``cap`` (max_batch_size and the rows at hand): a ResNet-50 on 2 cores is
+    not run at batch 32 for seconds per call, a small model is."""
+    fits = int(duration_s * _CALL_SHARE / latency_s) if latency_s > 0 else cap
+    return max(1, min(cap, max(_MIN_BATCH, fits)))
+
+
 def measure_inprocess(
-    artefact: ArtefactRef, folder: Path, feed: Feed, threads: int, duration_s: float = 0.5
+    artefact: ArtefactRef, folder: Path, feed: Feed, threads: int, duration_s: float = 0.5, batch: int | None = None
 ) -> InProcessResult:
-    """Median one-row latency and full-batch rows/s of ``artefact`` with ``threads`` runtime threads."""
+    """Median one-row latency and full-batch rows/s of ``artefact`` with ``threads`` runtime threads; for a
+    model that does not batch, ``feed`` is one whole request: its latency, and requests/s as "rows"/s.
+
+    ``batch`` fixes the full batch (so that artefacts compare at the same one); None chooses it from this
+    artefact's one-row latency (:func:`choose_batch`)."""
     config = artefact_config(folder)
     threads_parameters(config, threads).write(config)
-    batch = max(1, min(config.max_batch_size or 1, len(next(iter(feed.values())))))
+    batched = config.max_batch_size > 0
+    cap = max(1, min(config.max_batch_size, len(next(iter(feed.values()))))) if batched else 1
     try:
         backend = backend_class(config.backend)(BackendContext(config.name, 1, folder / "1", config, threads))
         backend.load()
     except Exception as exc:  # reported as a row that could not run
-        return InProcessResult(artefact, float("nan"), 0.0, batch, 0, f"load failed: {exc}")
+        return InProcessResult(artefact, float("nan"), 0.0, batch or 1, 0, f"load failed: {exc}")
     try:
-        one = {k: v[:1] for k, v in feed.items()}
-        full = {k: v[:batch] for k, v in feed.items()}
-        for _ in range(3):
-            backend.infer(one)
-            backend.infer(full)
+        one = {k: v[:1] for k, v in feed.items()} if batched else feed
+        backend.infer(one)  # first calls pay for allocations and graph optimisation
+        backend.infer(one)
         lat = _timed(backend.infer, one, duration_s / 2)
+        size = 1 if not batched else min(cap, batch) if batch else choose_batch(statistics.median(lat), cap, duration_s)
+        full = {k: v[:size] for k, v in feed.items()} if batched else feed
+        backend.infer(full)
         thr = _timed(backend.infer, full, duration_s / 2)
     finally:
         backend.unload()
     return InProcessResult(
-        artefact, statistics.median(lat) * 1e3, batch * len(thr) / sum(thr), batch, len(lat) + len(thr)
+        artefact, statistics.median(lat) * 1e3, size * len(thr) / sum(thr), size, len(lat) + len(thr)
     )
 
 

@@ -73,6 +73,7 @@ def _summary(result: SelectResult) -> list[tuple[str, str]]:
         ("selected", f"{w.label}: up to {w.max_rate:,.0f} req/s with P99 <= {c.sla_p99_ms:g} ms "
                      f"(P99 {w.p99_ms:.2f} ms there)" if w and w.p99_ms is not None else "nothing meets every constraint"),
         ("highest rate with P99 under the SLA", f"{w.max_rate:,.0f} req/s ({w.front_door.upper()})" if w else "-"),
+        *([("grid", result.grid_note)] if result.grid_note else []),
         ("search", f"{len(result.measured)} of {result.grid.size} grid points measured "
                    f"({result.fraction_measured:.0%}), {result.probes} load levels, {result.elapsed_s:,.0f} s"
                    + (" (exhaustive)" if result.spec.exhaustive else "")),

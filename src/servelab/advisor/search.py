@@ -4,7 +4,8 @@ exhaustive sweep it is judged against (``benchmarks/select_vs_exhaustive.py``).
 Quick search, after Triton Model Analyzer's: start from the in-process winner with dynamic batching on,
 one instance and every thread; find its highest rate within the SLA; then measure each neighbour (one
 step along one dimension) only as far as needed to know whether it beats the incumbent; move to the
-best neighbour that does and repeat, until none does or the measurement budget is spent.
+best neighbour that does and repeat, until none does, the measurement budget (a share of the grid) is spent,
+or the time budget is (``deadline``: what ``servelab select --time-budget-min`` leaves after the peers' share).
 """
 
 from __future__ import annotations
@@ -113,29 +114,43 @@ def _ordered(neighbours: list[Candidate], incumbent: Candidate) -> list[Candidat
     return sorted(neighbours, key=lambda n: n.server_key != incumbent.server_key)
 
 
+def _spent(measurer: Measurer, budget: int, deadline: float | None, log: list[str]) -> bool:
+    """Whether the point budget or the time budget is used up (said once in the log)."""
+    if len(measurer.results) >= budget:
+        log.append(f"budget of {budget} grid points reached")
+        return True
+    if deadline is not None and time.perf_counter() >= deadline:
+        log.append(f"time budget reached after {len(measurer.results)} grid points")
+        return True
+    return False
+
+
 def quick_search(
-    grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int
+    grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int, deadline: float | None = None
 ) -> tuple[Candidate | None, list[str]]:
-    """Climb from :func:`start_point`; returns the incumbent and a log of the moves."""
+    """Climb from :func:`start_point`; returns the incumbent and a log of the moves. ``deadline`` is a
+    ``time.perf_counter()`` value after which no new point is measured."""
     pool = tuple(survivors)
     incumbent = start_point(grid, survivors[0])
     current = measurer.measure(incumbent)
     log = [f"start {incumbent.label}: {current.max_rate:,.0f} req/s within the SLA"]
-    while len(measurer.results) < budget:
+    stopped = False
+    while not stopped:
         fresh = [n for n in grid.neighbours(incumbent, pool) if n not in measurer.results]
         if not fresh:
             break
         best: Measured | None = None
         for n in _ordered(fresh, incumbent):
-            if len(measurer.results) >= budget:
-                log.append(f"budget of {budget} grid points reached")
+            if _spent(measurer, budget, deadline, log):
+                stopped = True
                 break
             m = measurer.measure(n, incumbent=current.max_rate or None)
             better = m.complete and m.max_rate > current.max_rate * (1 + IMPROVEMENT)
             if better and (best is None or m.max_rate > best.max_rate):
                 best = m
         if best is None:
-            log.append(f"no neighbour of {incumbent.label} beats {current.max_rate:,.0f} req/s: stop")
+            if not stopped:
+                log.append(f"no neighbour of {incumbent.label} beats {current.max_rate:,.0f} req/s: stop")
             break
         log.append(f"move to {best.candidate.label}: {best.max_rate:,.0f} req/s")
         incumbent, current = best.candidate, best

@@ -4,6 +4,10 @@ Flow 3 of DESIGN.md: candidates (runtime x precision x batching x instances x th
 convert makes and checks each artefact -> a quick in-process run prunes runtimes -> the quick search
 measures a fraction of the served grid over the wire -> peers as reference rows -> the decision matrix
 under the user's constraints -> the winning ``config.pbtxt`` in the repository and a report.
+
+A model that does not batch (``max_batch_size`` 0: inputs with leading dimensions of their own, such as the
+GraphSAGE layers) has no batching dimension in its grid (the report says so): instances x threads x runtime
+x front door are searched, on whole requests from ``--data`` (or the request convert checked it on).
 """
 
 from __future__ import annotations
@@ -21,10 +25,9 @@ from servelab.advisor.converted import Converted, read_converted
 from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid
 from servelab.advisor.inprocess import InProcessResult, measure_inprocess, prune
 from servelab.advisor.matrix import Constraints, Decision, Row, decide, load_qualitative
-from servelab.advisor.peers import PEERS, measure_peer, peer_artefacts
+from servelab.advisor.peers import PEERS, PeerRun, measure_peer, peer_artefacts, peer_settings
 from servelab.advisor.search import Measured, Measurer, exhaustive_search, quick_search
-from servelab.advisor.wire import MeasureSettings, RateSearch
-from servelab.bench.peers.targets import PeerSettings
+from servelab.advisor.wire import MeasureSettings
 from servelab.convert.samples import generate_samples, load_samples, save_npz, stack
 from servelab.errors import InvalidArgument
 from servelab.repository import config_to_text
@@ -32,6 +35,8 @@ from servelab.repository import config_to_text
 __all__ = ["SelectResult", "SelectSpec", "run_select"]
 
 Progress = Callable[[str], None]
+#: the time the quick search leaves per reference peer (start-up in its own environment and a rate search)
+PEER_RESERVE_S = 75.0
 
 
 @dataclass
@@ -53,9 +58,11 @@ class SelectSpec:
     instances: tuple[int, ...] = (1, 2)
     threads: tuple[int, ...] = (1, 2)
     front_doors: tuple[str, ...] = ("rest", "grpc")
-    peers: tuple[str, ...] = ("torchserve", "mlserver")
+    peers: tuple[str, ...] = ("torchserve", "mlserver", "triton")
     peers_dir: Path = Path(".peers")
     budget_fraction: float = 0.25
+    #: wall-clock budget of the whole command; the quick search stops early to keep within it (not --exhaustive)
+    time_budget_s: float | None = 720.0
     keep_runtimes: int = 3
     inprocess_s: float = 0.5
     exhaustive: bool = False
@@ -67,6 +74,8 @@ class SelectSpec:
             raise InvalidArgument("give --data FILE (real input samples), or --random-inputs to measure on random data")
         if not 0 < self.budget_fraction <= 1:
             raise InvalidArgument(f"--budget must be in (0, 1], got {self.budget_fraction}")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise InvalidArgument(f"--time-budget-min must be > 0, got {self.time_budget_s / 60:g}")
         bad = [p for p in self.peers if p not in PEERS]
         if bad:
             raise InvalidArgument(f"--peers {list(self.peers)}: expected some of {sorted(PEERS)} (or none)")
@@ -82,13 +91,15 @@ class SelectResult:
     survivors: list[ArtefactRef]
     grid: Grid
     measured: dict[Candidate, Measured]
-    peers: dict[str, RateSearch]
+    peers: dict[str, PeerRun]
     decision: Decision
     log: list[str]
     probes: int
     elapsed_s: float
     config_path: Path | None = None
     config_text: str = ""
+    #: what the grid left out and why (a model that does not batch: no batching dimension)
+    grid_note: str = ""
 
     @property
     def fraction_measured(self) -> float:
@@ -102,7 +113,8 @@ class SelectResult:
             "fraction_measured": self.fraction_measured, "probes": self.probes, "elapsed_s": self.elapsed_s,
             "exhaustive": self.spec.exhaustive, "winner": winner.label if winner else None,
             "winner_rate": winner.max_rate if winner else None, "config_path": str(self.config_path or ""),
-            "log": self.log, "pruned": self.pruned,
+            "log": self.log, "pruned": self.pruned, "grid_note": self.grid_note, "batched": self.converted.batched,
+            "peers": {name: {"served_as": run.served_as, "error": run.search.error} for name, run in self.peers.items()},
             "inprocess": [{"artefact": r.artefact.label, "latency_ms": r.latency_ms, "rows_per_s": r.rows_per_s,
                            "batch": r.batch, "error": r.error} for r in self.inprocess],
             "rows": [{"label": r.label, "kind": r.kind, "max_rate": r.max_rate, "p99_ms": r.p99_ms, "rss_mb": r.rss_mb,
@@ -126,41 +138,72 @@ def _converted(spec: SelectSpec, progress: Progress) -> Converted:
 
 
 def _samples(spec: SelectSpec, converted: Converted) -> tuple[str, list[dict[str, Any]]]:
+    batched = converted.batched
     if spec.data is not None:
-        return f"file {spec.data}", load_samples(spec.data, converted.inputs, limit=4096)
-    return "random inputs (--random-inputs)", generate_samples(converted.inputs, 256, seed=7)
+        return f"file {spec.data}", load_samples(spec.data, converted.inputs, limit=4096, batched=batched)
+    if batched:
+        return "random inputs (--random-inputs)", generate_samples(converted.inputs, 256, seed=7)
+    if not converted.request_file.is_file():
+        raise InvalidArgument(
+            f"{converted.name} does not batch: it takes whole requests, which random data cannot make up; give --data "
+            "(an .npz with one array per input)"
+        )
+    where = f"the request convert checked it on ({converted.request_file.name}; {converted.manifest.get('data', '')})"
+    return where, load_samples(converted.request_file, converted.inputs, batched=False)
+
+
+def _measure_settings(spec: SelectSpec, converted: Converted, samples: list[dict[str, Any]]) -> MeasureSettings:
+    """Batches of the samples from a file the bench reads, or (a model that does not batch) the whole requests."""
+    if converted.batched:
+        return replace(spec.measure, data_path=str(save_npz(samples, spec.report_dir / "inputs.npz")))
+    return replace(spec.measure, data_path=None, requests=tuple(samples[:16]), client_batch=1)
 
 
 def _inprocess(spec: SelectSpec, converted: Converted, samples: list[dict[str, Any]], progress: Progress) -> list[InProcessResult]:
-    feed = stack(samples[: max(a.max_batch_size for a in converted.artefacts) or 1])
-    out = []
+    feed = stack(samples[: max(a.max_batch_size for a in converted.artefacts)]) if converted.batched else samples[0]
+    out: list[InProcessResult] = []
+    batch = None  # chosen on the first artefact's latency, then the same for all (they compare at one batch)
     for a in converted.artefacts:
-        r = measure_inprocess(a, converted.folder(a), feed, max(spec.threads), spec.inprocess_s)
+        r = measure_inprocess(a, converted.folder(a), feed, max(spec.threads), spec.inprocess_s, batch)
+        batch = batch or (r.batch if r.error is None else None)
         progress(f"in process {a.label}: {r.latency_ms:.3f} ms one row, {r.rows_per_s:,.0f} rows/s at batch {r.batch}"
                  + (f" ({r.error})" if r.error else ""))  # fmt: skip
         out.append(r)
     return out
 
 
-def _rows(converted: Converted, measured: dict[Candidate, Measured], peers: dict[str, RateSearch]) -> list[Row]:
+def _rows(converted: Converted, measured: dict[Candidate, Measured], peers: dict[str, PeerRun]) -> list[Row]:
     rows = [
         Row(m.candidate.label, "candidate", m.candidate.artefact.backend, "servelab", m.candidate.front_door,
             m.candidate.artefact.precision, m.search, m.candidate.artefact.accuracy_drop, m.candidate)
         for m in sorted(measured.values(), key=lambda m: m.order)
     ]  # fmt: skip
-    for name, search in peers.items():
-        rows.append(Row(f"{name} (reference)", "reference", PEERS[name], name, "rest", "fp32", search))
+    for name, run in peers.items():
+        label = f"{name} (reference{': ' + run.served_as if run.served_as else ''})"
+        rows.append(Row(label, "reference", PEERS[name], name, "rest", "fp32", run.search))
     return rows
 
 
-def _peers(spec: SelectSpec, converted: Converted, progress: Progress) -> dict[str, RateSearch]:
+def _peers(spec: SelectSpec, converted: Converted, progress: Progress) -> dict[str, PeerRun]:
     if not spec.peers:
         return {}
     onnx, pt = converted.fp32_file("onnxruntime", "model.onnx"), converted.fp32_file("pytorch", "model.pt")
-    arts = peer_artefacts(converted.name, converted.inputs, converted.outputs, onnx, pt,
-                          min(8, max(a.max_batch_size for a in converted.artefacts) or 1))  # fmt: skip
-    settings = PeerSettings(peers_dir=spec.peers_dir)
-    return {p: measure_peer(p, arts, settings, spec.measure, progress) for p in spec.peers}
+    max_batch = min(8, max(a.max_batch_size for a in converted.artefacts)) if converted.batched else 0
+    settings = peer_settings(spec.peers_dir, converted.batched, max(spec.threads))
+    runs = {}
+    for p in spec.peers:
+        arts = peer_artefacts(p, converted.name, converted.inputs, converted.outputs, onnx, pt, max_batch)
+        runs[p] = measure_peer(p, arts, settings, spec.measure, progress)
+    return runs
+
+
+def _grid(spec: SelectSpec, converted: Converted, allowed: list[ArtefactRef]) -> tuple[Grid, str]:
+    """The served grid; a model that does not batch has no batching dimension (said in the note)."""
+    if converted.batched:
+        return Grid(tuple(allowed), spec.batchings, spec.instances, spec.threads, spec.front_doors), ""
+    note = (f"{converted.name} does not batch (max_batch_size 0; its inputs have leading dimensions of their own): "
+            "no batching dimension in the grid; instances x threads x runtime x front door searched")  # fmt: skip
+    return Grid(tuple(allowed), (Batching(),), spec.instances, spec.threads, spec.front_doors), note
 
 
 def _write_winner(spec: SelectSpec, converted: Converted, winner: Row | None) -> tuple[Path | None, str]:
@@ -179,8 +222,7 @@ def run_select(spec: SelectSpec, progress: Progress | None = None) -> SelectResu
     spec.report_dir.mkdir(parents=True, exist_ok=True)
     converted = _converted(spec, say)
     data_source, samples = _samples(spec, converted)
-    measure = replace(spec.measure, data_path=str(save_npz(samples, spec.report_dir / "inputs.npz")))
-    spec = replace(spec, measure=measure)
+    spec = replace(spec, measure=_measure_settings(spec, converted, samples))
     allowed = [a for a in converted.artefacts
                if spec.constraints.max_accuracy_drop is None or a.accuracy_drop <= spec.constraints.max_accuracy_drop]  # fmt: skip
     pruned = {a.model: f"accuracy drop {a.accuracy_drop:.3g} exceeds --max-accuracy-drop" for a in converted.artefacts if a not in allowed}
@@ -191,19 +233,24 @@ def run_select(spec: SelectSpec, progress: Progress | None = None) -> SelectResu
     pruned.update(why)
     if not survivors:
         raise InvalidArgument(f"no artefact ran in process: {why}")
-    grid = Grid(tuple(allowed), spec.batchings, spec.instances, spec.threads, spec.front_doors)
+    grid, grid_note = _grid(spec, converted, allowed)
+    if grid_note:
+        say(grid_note)
     measurer = Measurer(spec.measure, converted.repository, say)
     if spec.exhaustive:
         exhaustive_search(grid.points(), measurer)
         log = [f"exhaustive: every one of the {grid.size} grid points measured"]
     else:
         budget = max(1, math.floor(spec.budget_fraction * grid.size))
-        _, log = quick_search(grid, survivors, measurer, budget)
+        deadline = None if spec.time_budget_s is None else started + spec.time_budget_s - PEER_RESERVE_S * len(spec.peers)
+        _, log = quick_search(grid, survivors, measurer, budget, deadline)
+    log = [grid_note, *log] if grid_note else log
     peers = _peers(spec, converted, say)
     rows = _rows(converted, measurer.results, peers)
     decision = decide(rows, spec.constraints, spec.weights, load_qualitative(spec.qualitative))
     config_path, config_text = _write_winner(spec, converted, decision.winner)
     result = SelectResult(spec, converted, data_source, inproc, pruned, survivors, grid, measurer.results, peers,
-                          decision, log, measurer.probes, time.perf_counter() - started, config_path, config_text)  # fmt: skip
+                          decision, log, measurer.probes, time.perf_counter() - started, config_path, config_text,
+                          grid_note)  # fmt: skip
     (spec.report_dir / "select.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
     return result

@@ -6,19 +6,25 @@ rate (Poisson arrivals) measured by ``servelab.bench``. A probe passes when P99 
 request failed and the server kept up (completed at least 85% of the offered rate: short windows of Poisson arrivals vary). :func:`search_rate`
 brackets the rate with one closed-loop level (the capacity) and bisects; given an incumbent's rate it
 first asks only "does this candidate beat it?" and stops after one probe when the answer is no.
+
+Requests come from the samples file (``data_path``, batches of ``client_batch`` samples built by the bench)
+or, for a model that does not batch, are the whole requests themselves (``requests``), sent as they are.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from servelab.advisor.configs import artefact_config, candidate_config, install_model
 from servelab.advisor.grid import Candidate
-from servelab.bench import InputSpec, LoadSpec, TargetSpec, run_sweep
+from servelab.bench import InputSpec, LevelResult, LoadSpec, TargetSpec, measure_level, run_sweep
 from servelab.bench.peers.servelab_target import ServelabPeer
 from servelab.errors import ServelabError
 
@@ -44,13 +50,18 @@ class MeasureSettings:
     closed_concurrency: int = 16
     rate_steps: int = 4
     max_inflight: int = 2048
+    #: whole requests of a model that does not batch, sent as they are (instead of batches of data_path's samples)
+    requests: tuple[dict[str, np.ndarray], ...] = field(default=(), repr=False, compare=False)
 
     def load(self, mode: str, level: float) -> LoadSpec:
         cap = max(10.0, self.window_ms * self.max_windows * 4 / 1000)
+        # at a request rate, warm up for at most about a second of arrivals: a slow model (a ResNet-50 at a
+        # few requests/s) would otherwise spend longer warming up than measuring
+        warmup = self.warmup_requests if mode != "request_rate" else max(3, min(self.warmup_requests, int(level)))
         return LoadSpec(
             mode=mode, levels=(level,), arrivals="poisson" if mode == "request_rate" else "constant",  # type: ignore[arg-type]
             measurement_interval_ms=self.window_ms, max_windows=self.max_windows,
-            warmup_requests=self.warmup_requests, max_inflight=self.max_inflight, max_level_s=cap,
+            warmup_requests=warmup, max_inflight=self.max_inflight, max_level_s=cap,
         )  # fmt: skip
 
     def inputs(self) -> InputSpec:
@@ -100,10 +111,16 @@ class RateSearch:
         }  # fmt: skip
 
 
+def _level(target: TargetSpec, model: str, settings: MeasureSettings, mode: str, level: float) -> LevelResult:
+    load = settings.load(mode, level)
+    if not settings.requests:
+        return run_sweep(target, model, load, settings.inputs(), measure_ceiling=False).levels[0]
+    return asyncio.run(measure_level(target, model, list(settings.requests), load, level))
+
+
 def measure_probe(target: TargetSpec, model: str, settings: MeasureSettings, mode: str, level: float) -> Probe:
     """One level against ``target``; the SLA verdict included."""
-    sweep = run_sweep(target, model, settings.load(mode, level), settings.inputs(), measure_ceiling=False)
-    lv = sweep.levels[0]
+    lv = _level(target, model, settings, mode, level)
     hist = lv.summary.histogram
     p99 = hist.percentile(99) * 1e3 if lv.summary.completed else float("inf")
     errors = sum(lv.errors.values())

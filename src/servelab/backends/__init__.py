@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from servelab.backends.base import Backend, BackendContext
+from servelab.backends.parameters import BACKEND_PARAMETERS, ModelParameters
 from servelab.errors import InvalidArgument, Unsupported
 from servelab.trust import check_custom_backend
 
@@ -30,6 +31,7 @@ __all__ = [
     "backend_class",
     "backend_for_files",
     "backend_for_platform",
+    "backend_parameters",
     "plugin_backends",
 ]
 
@@ -130,3 +132,17 @@ def backend_class(name: str, *, allow_custom: bool = False) -> type[Backend]:
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise InvalidArgument(f"{target} is not a servelab Backend subclass")
     return cls
+
+
+def backend_parameters(name: str) -> type[ModelParameters]:
+    """The parameter schema of backend ``name``: a core one's from backends/parameters.py (no runtime
+    imported), a plug-in's from its class (:attr:`Backend.parameters`); InvalidArgument when it has none."""
+    if name in BACKEND_PARAMETERS:
+        return BACKEND_PARAMETERS[name]
+    schema = backend_class(name).parameters
+    if schema is None:
+        raise InvalidArgument(
+            f"backend {name!r} declares no parameter schema (Backend.parameters); "
+            f"known schemas: {sorted(BACKEND_PARAMETERS)} and the plug-ins that declare one"
+        )
+    return schema

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from servelab.backends.parameters import ModelParameters
 from servelab.errors import InternalError, ServelabError
 from servelab.protocol import model_config_pb2 as mc
 from servelab.trust import version_file
@@ -33,7 +34,6 @@ __all__ = [
     "Inputs",
     "Outputs",
     "concat_rows",
-    "param",
     "run_batched",
     "split_rows",
 ]
@@ -65,13 +65,6 @@ class BackendContext:
         """The config's ``default_model_filename`` (checked to stay in the model's folder), else the version folder."""
         name = self.config.default_model_filename
         return version_file(self.version_dir, name, "default_model_filename") if name else self.version_dir
-
-
-def param(config: mc.ModelConfig, key: str, default: str | None = None) -> str | None:
-    """A string parameter from the config's ``parameters`` map, or ``default``."""
-    if key in config.parameters:
-        return config.parameters[key].string_value
-    return default
 
 
 def concat_rows(requests: list[Inputs]) -> tuple[Inputs, list[int]]:
@@ -143,6 +136,9 @@ class Backend(ABC):
     default_filename: ClassVar[str] = ""
     #: False when the runtime holds the GIL while it computes (instances then want processes).
     releases_gil: ClassVar[bool] = True
+    #: The typed schema of the config ``parameters`` it reads (backends/parameters.py); plug-in backends
+    #: set theirs here so that tools writing configs (``servelab select``) find it by backend name.
+    parameters: ClassVar[type[ModelParameters] | None] = None
     #: True when a call never waits on anything but the CPU (no sleep, lock, socket or queue), so
     #: the event loop may run a short one itself. Runtimes declare it; user code (python) never does.
     never_blocks: bool = False

@@ -61,6 +61,16 @@ class ModelParameters(BaseModel):
 
     #: who reads these keys, for error messages ("onnxruntime backend", "scheduler")
     reader: ClassVar[str] = "model"
+    #: fields written even at their default, where a reader of the file wants to see the value
+    written_always: ClassVar[tuple[str, ...]] = ()
+    #: the field that sets the runtime's threads per instance (what ``servelab select`` varies), if any
+    threads_field: ClassVar[str | None] = None
+
+    def with_threads(self, threads: int) -> Self:
+        """A copy with the runtime's threads per instance set to ``threads`` (unchanged where none is read)."""
+        if self.threads_field is None:
+            return self
+        return self.model_copy(update={self.threads_field: threads})
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -88,6 +98,10 @@ class ModelParameters(BaseModel):
     def to_map(self) -> dict[str, str]:
         """The keys this object sets (``None`` fields are left out), as config strings."""
         dumped = self.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
+        for name in self.written_always:
+            value = getattr(self, name)
+            if value is not None:
+                dumped[type(self).model_fields[name].alias or name] = value
         return {key: _text(value) for key, value in dumped.items()}
 
     def write(self, config: mc.ModelConfig) -> None:
@@ -119,6 +133,7 @@ class OnnxRuntimeParameters(ModelParameters):
     """ONNX Runtime session options (backends/onnxruntime.py)."""
 
     reader: ClassVar[str] = "onnxruntime"
+    threads_field: ClassVar[str | None] = "intra_op_thread_count"
 
     intra_op_thread_count: int | None = Field(
         None, ge=0, description="Threads inside one operator; default: the instance's share of the cores."
@@ -152,6 +167,7 @@ class OpenVinoParameters(ModelParameters):
     """OpenVINO CPU plugin properties (backends/openvino.py); keys as OpenVINO spells them."""
 
     reader: ClassVar[str] = "openvino"
+    threads_field: ClassVar[str | None] = "inference_num_threads"
 
     performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = Field(
         "LATENCY", alias="PERFORMANCE_HINT", description="What the plugin tunes streams and threads for."
@@ -218,6 +234,7 @@ class TorchParameters(ModelParameters):
     """PyTorch backend (backends/torch.py)."""
 
     reader: ClassVar[str] = "pytorch"
+    threads_field: ClassVar[str | None] = "intra_op_thread_count"
 
     intra_op_thread_count: int | None = Field(
         None, ge=1, description="OpenMP threads of the calling thread; default 1 (see the backend's docstring)."

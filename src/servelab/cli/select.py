@@ -53,7 +53,7 @@ def select_command(
     instances: Annotated[str, typer.Option("--instances", help="Instance counts.")] = "1,2",
     threads: Annotated[str, typer.Option("--threads", help="Runtime threads per instance.")] = "1,2",
     front_doors: Annotated[str, typer.Option("--front-doors", help="rest (binary tensors), grpc.")] = "rest,grpc",
-    peers: Annotated[str, typer.Option("--peers", help="Reference peers: torchserve,mlserver or none.")] = "torchserve,mlserver",
+    peers: Annotated[str, typer.Option("--peers", help="Reference peers: torchserve,mlserver,triton or none.")] = "torchserve,mlserver,triton",
     peers_dir: Annotated[Path, typer.Option("--peers-dir", help="Where peers' own venvs live.")] = Path(".peers"),
     window_ms: Annotated[int, typer.Option("--window-ms", help="Measurement window per load level.")] = 1000,
     max_windows: Annotated[int, typer.Option("--max-windows", help="Windows per level (>= 3).")] = 3,
@@ -62,6 +62,8 @@ def select_command(
     concurrency: Annotated[int, typer.Option("--concurrency", help="Closed-loop clients of the capacity run.")] = 16,
     client_batch: Annotated[int, typer.Option("--client-batch", help="Samples per request.")] = 1,
     budget: Annotated[float, typer.Option("--budget", help="Largest share of the grid to measure.")] = 0.25,
+    time_budget_min: Annotated[float, typer.Option("--time-budget-min", help="Wall-clock budget of the whole run (12: a margin under 15 minutes); the quick search stops early to keep it, leaving each peer 75 s (0: none).")] = 12.0,
+    max_batch_size: Annotated[int, typer.Option("--max-batch-size", help="max_batch_size of the converted models (0: the model does not batch).")] = 32,
     keep_runtimes: Annotated[int, typer.Option("--keep-runtimes", help="Artefacts kept after the in-process prune.")] = 3,
     inprocess_s: Annotated[float, typer.Option("--inprocess-s", help="Seconds of the in-process run per artefact.")] = 0.5,
     exhaustive: Annotated[bool, typer.Option("--exhaustive", help="Measure every grid point (for comparison).")] = False,
@@ -88,9 +90,10 @@ def select_command(
             instances=parse_ints(instances, "--instances"), threads=parse_ints(threads, "--threads"),
             front_doors=split_list(front_doors), peers=() if peers.strip() in ("", "none") else split_list(peers),
             peers_dir=peers_dir, budget_fraction=budget, keep_runtimes=keep_runtimes, inprocess_s=inprocess_s,
+            time_budget_s=time_budget_min * 60 if time_budget_min > 0 else None,
             exhaustive=exhaustive, qualitative=qualitative,
             convert_options={"inputs": [parse_input_option(i) for i in inputs or []] or None,
-                             "calibration_samples": calibration_samples},
+                             "calibration_samples": calibration_samples, "max_batch_size": max_batch_size},
         )  # fmt: skip
         result = run_select(spec, lambda m: console.print(f"[dim]{m}[/]"))
         paths = write_reports(result, report)

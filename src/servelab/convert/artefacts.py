@@ -36,6 +36,11 @@ class MakeContext:
     calibration: list[Feed] = field(default_factory=list)
     max_batch_size: int = 32
 
+    @property
+    def batched(self) -> bool:
+        """False for a model that does not batch: its calibration samples are whole requests."""
+        return self.max_batch_size > 0
+
 
 @dataclass
 class Made:
@@ -65,7 +70,7 @@ def _onnx(ctx: MakeContext, precision: str, out: Path) -> Made:
     if precision == "int8":
         ok = quantize.onnx_int8_dynamic(src, dst)
         return Made([dst]) if ok else Made(skipped="nothing in this model takes int8 (no MatMul/Gemm/Conv weights)")
-    ok = quantize.onnx_int8_static(src, dst, ctx.calibration)
+    ok = quantize.onnx_int8_static(src, dst, ctx.calibration, ctx.batched)
     note = _calibration_note(ctx)
     return Made([dst], note=note) if ok else Made(skipped="nothing in this model takes int8 (no quantisable operators)")
 
@@ -100,7 +105,7 @@ def _openvino(ctx: MakeContext, precision: str, out: Path) -> Made:
         if precision in ("fp32", "fp16"):
             quantize.openvino_ir(src, xml, fp16=precision == "fp16")
         else:
-            quantize.openvino_int8(src, xml, ctx.calibration)
+            quantize.openvino_int8(src, xml, ctx.calibration, ctx.batched)
     except Exception as exc:  # OpenVINO's reader refuses operators it lacks (e.g. ONNX-ML tree ensembles)
         return Made(skipped=f"OpenVINO cannot take this model: {_telling_line(str(exc))}")
     files = [xml, xml.with_suffix(".bin")]
@@ -125,6 +130,8 @@ def _torch_module(ctx: MakeContext, precision: str) -> object:
 def _examples(ctx: MakeContext) -> tuple[object, ...]:
     import torch
 
+    if ctx.source.examples is not None:  # the file's own request: a model that does not batch traces it
+        return tuple(torch.from_numpy(np.ascontiguousarray(e)) for e in ctx.source.examples)
     out = []
     for t in ctx.source.inputs:
         shape = [2 if i == 0 and d < 0 else (1 if d < 0 else d) for i, d in enumerate(t.shape)]
@@ -162,11 +169,22 @@ def _torch_export(ctx: MakeContext, precision: str, out: Path) -> Made:
     if not ctx.source.is_torch:
         raise Unsupported(f"a {ctx.source.kind} source has no torch module to export")
     examples = _examples(ctx)
-    batch = torch.export.Dim("batch", min=1)
-    program = torch.export.export(ctx.source.module, examples, dynamic_shapes=tuple({0: batch} for _ in examples))
+    program = torch.export.export(ctx.source.module, examples, dynamic_shapes=_dynamic_shapes(ctx))
     dst = out / "model.pt2"
     torch.export.save(program, str(dst))
     return Made([dst])
+
+
+def _dynamic_shapes(ctx: MakeContext) -> tuple[dict[int, object], ...]:
+    """torch.export's dims: one batch Dim on axis 0 of every input, or each input's own dynamic axes."""
+    import torch
+
+    if ctx.batched:
+        batch = torch.export.Dim("batch", min=1)
+        return tuple({0: batch} for _ in ctx.source.inputs)
+    return tuple(
+        {i: torch.export.Dim(f"{t.name}_{i}", min=1) for i, d in enumerate(t.shape) if d < 0} for t in ctx.source.inputs
+    )
 
 
 def _tensorrt(ctx: MakeContext, precision: str, out: Path) -> Made:
@@ -175,6 +193,8 @@ def _tensorrt(ctx: MakeContext, precision: str, out: Path) -> Made:
     missing = tensorrt_missing()
     if missing:
         return Made(skipped=missing)
+    if not ctx.batched:
+        return Made(skipped="the TensorRT profiles here span a batch axis, and this model does not batch")
     dst = out / "model.plan"
     build_engine(_need_onnx(ctx), dst, ctx.source.inputs, precision, ctx.max_batch_size, ctx.calibration)
     return Made([dst])

@@ -27,7 +27,7 @@ from servelab.backends.base import BackendContext
 from servelab.convert.artefacts import TARGETS, Made, MakeContext, make_artefact
 from servelab.convert.layout import BACKEND_OF, model_config, write_model
 from servelab.convert.parity import DEFAULT_TOLERANCES, Parity, Tolerance, compare_outputs
-from servelab.convert.samples import Sample, generate_samples, load_samples, stack
+from servelab.convert.samples import Sample, feeds, generate_samples, load_samples
 from servelab.convert.sources import Source, Task, TensorInfo, load_source
 from servelab.convert.to_onnx import OnnxExport, export_source_onnx
 from servelab.errors import InvalidArgument, ServelabError
@@ -110,6 +110,7 @@ class ConvertResult:
     artefacts: list[Artefact]
     data_source: str
     repository: Path
+    max_batch_size: int = 0
     manifest: Path | None = None
 
     def accepted(self) -> list[Artefact]:
@@ -122,6 +123,7 @@ class ConvertResult:
         return {
             "name": self.name, "source": {"kind": self.source.kind, "path": str(self.source.path), "task": self.source.task},
             "inputs": tensors(self.inputs), "outputs": tensors(self.outputs), "data": self.data_source,
+            "max_batch_size": self.max_batch_size,
             "onnx": {"opset": self.onnx.opset, "tried": self.onnx.tried} if self.onnx else None,
             "artefacts": [a.to_dict() for a in self.artefacts],
         }  # fmt: skip
@@ -141,17 +143,30 @@ def _oip_name(dtype: np.dtype[Any]) -> str:
     return names[str(dtype)]
 
 
-def _run_backend(config: mc.ModelConfig, version_dir: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The artefact through the servelab backend that serves it, in chunks of max_batch_size rows."""
+Feed = dict[str, np.ndarray]
+
+
+def _run_backend(config: mc.ModelConfig, version_dir: Path, calls: list[Feed]) -> dict[str, np.ndarray]:
+    """The artefact through the servelab backend that serves it, one call per feed (a batch of at most
+    max_batch_size rows, or a whole request); outputs joined along their first axis."""
     backend = backend_class(config.backend)(BackendContext(config.name, 1, version_dir, config, threads=1))
     backend.load()
     try:
-        rows = len(next(iter(feed.values())))
-        step = config.max_batch_size or rows
-        parts = [backend.infer({k: v[i : i + step] for k, v in feed.items()}) for i in range(0, rows, step)]
+        parts = [backend.infer(feed) for feed in calls]
     finally:
         backend.unload()
     return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def _reference(source: Source, calls: list[Feed]) -> list[np.ndarray]:
+    parts = [source.reference(feed) for feed in calls]
+    return [np.concatenate([p[i] for p in parts]) for i in range(len(parts[0]))]
+
+
+def _unbatched_axes(source: Source) -> dict[str, dict[int, str]]:
+    """Export axes of a model that does not batch: each tensor's dynamic dims named apart (default axis 0)."""
+    axes = {t.name: {i: f"{t.name}_{i}" for i, d in enumerate(t.shape) if d < 0} for t in source.inputs}
+    return axes | {name: {0: f"{name}_0"} for name in source.output_names}
 
 
 class _Converter:
@@ -160,30 +175,48 @@ class _Converter:
         self.say = progress
         self.source = load_source(spec.source, spec.inputs, spec.output_names, spec.task)
         self.name = spec.name or Path(spec.source.split(".py:")[0]).stem
+        #: whether the model batches: not when the source says so, nor with --max-batch-size 0
+        self.batched = spec.max_batch_size > 0 and self.source.batches
+        self.max_batch_size = spec.max_batch_size if self.batched else 0
         self.samples, self.data_source = self._samples()
-        self.feed = stack(self.samples)
-        self.reference = self.source.reference(self.feed)
+        self.calls = feeds(self.samples, self.batched, self.max_batch_size)
+        self.reference = _reference(self.source, self.calls)
         self.outputs = _output_infos(self.source.output_names, self.reference)
+
+    def _load(self, path: Path, limit: int) -> list[Sample]:
+        return load_samples(path, self.source.inputs, limit, batched=self.batched)
+
+    def _generated(self, count: int, seed: int) -> tuple[list[Sample], str]:
+        if self.batched:
+            return generate_samples(self.source.inputs, count, seed), "generated (random)"
+        if self.source.examples is None:
+            raise InvalidArgument(
+                f"{self.source.path}: a model that does not batch takes whole requests; give --data (an .npz with "
+                "one array per input) or define example_inputs() in the source file"
+            )
+        names = [t.name for t in self.source.inputs]
+        return [dict(zip(names, self.source.examples, strict=True))], "generated: the source's example_inputs()"
 
     def _samples(self) -> tuple[list[Sample], str]:
         spec = self.spec
         if spec.data is not None:
-            return load_samples(spec.data, self.source.inputs, spec.parity_samples), f"file {spec.data}"
-        return generate_samples(self.source.inputs, spec.parity_samples, spec.seed), "generated (random)"
+            return self._load(spec.data, spec.parity_samples), f"file {spec.data}"
+        return self._generated(spec.parity_samples, spec.seed)
 
     def calibration(self) -> list[Sample]:
         spec = self.spec
         if spec.calibration is not None:
-            return load_samples(spec.calibration, self.source.inputs, spec.calibration_samples)
+            return self._load(spec.calibration, spec.calibration_samples)
         if spec.data is not None:
-            return load_samples(spec.data, self.source.inputs, spec.calibration_samples)
-        return generate_samples(self.source.inputs, spec.calibration_samples, spec.seed + 1)
+            return self._load(spec.data, spec.calibration_samples)
+        return self._generated(spec.calibration_samples, spec.seed + 1)[0]
 
     def export_onnx(self, work: Path) -> tuple[OnnxExport | None, str]:
         if not {"onnx", "openvino", "tensorrt"} & set(self.spec.targets):
             return None, ""
+        axes = self.spec.dynamic_axes or self.source.dynamic_axes or (None if self.batched else _unbatched_axes(self.source))
         try:
-            exported = export_source_onnx(self.source, work / "onnx" / "model.onnx", self.spec.dynamic_axes)
+            exported = export_source_onnx(self.source, work / "onnx" / "model.onnx", axes)
         except ServelabError as exc:
             return None, exc.message
         self.say(f"ONNX export: {exported.describe()}")
@@ -198,7 +231,7 @@ class _Converter:
             made = Made(skipped=f"conversion failed: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}")
         if made.skipped:
             return Artefact(model, target, precision, "skipped", made.skipped, seconds=time.perf_counter() - started)
-        config = model_config(model, target, self.source.inputs, self.outputs, self.spec.max_batch_size, made.parameters)
+        config = model_config(model, target, self.source.inputs, self.outputs, self.max_batch_size, made.parameters)
         folder = write_model(self.spec.out, config, made.files)
         artefact = Artefact(model, target, precision, "accepted", made.note, folder, seconds=time.perf_counter() - started)
         artefact.size_bytes = sum(f.stat().st_size for f in (folder / "1").rglob("*") if f.is_file())
@@ -208,7 +241,7 @@ class _Converter:
     def _check(self, artefact: Artefact, config: mc.ModelConfig, folder: Path) -> None:
         tolerance = self.spec.tolerances[artefact.precision]
         try:
-            produced = _run_backend(config, folder / "1", self.feed)
+            produced = _run_backend(config, folder / "1", self.calls)
         except Exception as exc:  # the server could not load or run it: as rejected as a wrong answer
             artefact.parity = Parity(len(self.samples), tolerance, passed=False, reasons=[f"the {config.backend} backend failed: {exc}"])
         else:
@@ -237,7 +270,7 @@ def convert(spec: ConvertSpec, progress: Progress | None = None) -> ConvertResul
         exported, why = conv.export_onnx(work)
         needs_calibration = any(p == "int8-static" for p in spec.precisions)
         ctx = MakeContext(conv.source, work, exported.path if exported else None,
-                          conv.calibration() if needs_calibration else [], spec.max_batch_size)  # fmt: skip
+                          conv.calibration() if needs_calibration else [], conv.max_batch_size)  # fmt: skip
         for target in spec.targets:
             for precision in spec.precisions:
                 if why and target in ("onnx", "openvino", "tensorrt"):
@@ -249,9 +282,11 @@ def convert(spec: ConvertSpec, progress: Progress | None = None) -> ConvertResul
                 artefacts.append(artefact)
                 say(_line(artefact))
     result = ConvertResult(conv.name, conv.source, conv.source.inputs, conv.outputs, exported, artefacts,
-                           conv.data_source, spec.out)  # fmt: skip
+                           conv.data_source, spec.out, conv.max_batch_size)  # fmt: skip
     result.manifest = spec.out / f"{conv.name}.convert.json"
     result.manifest.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    if not conv.batched:  # the request it was checked on: select measures on it when given no --data
+        np.savez(spec.out / f"{conv.name}.request.npz", **conv.samples[0])  # type: ignore[arg-type]
     return result
 
 

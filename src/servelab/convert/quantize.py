@@ -92,18 +92,20 @@ class _Reader:
         pass
 
 
-def _calibration_feeds(samples: list[Feed]) -> list[Feed]:
+def _calibration_feeds(samples: list[Feed], batched: bool = True) -> list[Feed]:
+    """One feed per sample: a batch of one item, or (a model that does not batch) the whole request."""
     if not samples:
         raise InvalidArgument("static int8 needs calibration samples (--calibration FILE or --data FILE)")
-    return [{k: np.ascontiguousarray(v[None]) for k, v in s.items()} for s in samples]
+    return [{k: np.ascontiguousarray(v[None] if batched else v) for k, v in s.items()} for s in samples]
 
 
-def onnx_int8_static(src: Path, dst: Path, samples: list[Feed]) -> bool:
-    """QDQ int8 with MinMax activation ranges from ``samples`` (one item each, no batch axis)."""
+def onnx_int8_static(src: Path, dst: Path, samples: list[Feed], batched: bool = True) -> bool:
+    """QDQ int8 with MinMax activation ranges from ``samples`` (one item each without the batch axis, or
+    whole requests of a model that does not batch)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    feeds = _calibration_feeds(samples)
+    feeds = _calibration_feeds(samples, batched)
     with tempfile.TemporaryDirectory() as tmp, _quiet():
         prepared = Path(tmp) / "prepared.onnx"
         try:
@@ -129,12 +131,12 @@ def openvino_ir(src: Path, dst: Path, fp16: bool = False) -> Path:
     return dst
 
 
-def openvino_int8(src: Path, dst: Path, samples: list[Feed]) -> Path:
+def openvino_int8(src: Path, dst: Path, samples: list[Feed], batched: bool = True) -> Path:
     """NNCF post-training quantisation of the ONNX model for OpenVINO, calibrated on ``samples``."""
     import nncf
     import openvino as ov
 
-    feeds = _calibration_feeds(samples)
+    feeds = _calibration_feeds(samples, batched)
     model = ov.convert_model(str(src))
     with _quiet():
         quantized = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))

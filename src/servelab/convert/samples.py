@@ -4,6 +4,10 @@ A *sample* is one item without the batch axis: ``{input name: array}``. ``--data
 (one array per input, first axis = samples), a JSON list of requests (``[{"INPUT": [...]}, ...]``, or
 perf_analyzer's ``{"data": [...]}``), or a table for tabular models (``.csv`` with a header row, or
 ``.parquet``): its numeric columns, in order, become the single input's features.
+
+A model that does not batch (``max_batch_size: 0``, see :mod:`servelab.convert.sources`) takes whole
+requests instead: its sample *is* a request, each tensor with its own leading dimension. Its ``.npz`` holds
+one array per input (one request), its JSON list one request per entry; tables are for batching models.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 from servelab.convert.sources import TensorInfo
 from servelab.errors import InvalidArgument
 
-__all__ = ["Sample", "generate_samples", "load_samples", "save_npz", "stack"]
+__all__ = ["Sample", "feeds", "generate_samples", "load_samples", "save_npz", "stack"]
 
 Sample = dict[str, np.ndarray]
 
@@ -56,6 +60,35 @@ def stack(samples: list[Sample]) -> dict[str, np.ndarray]:
     if not samples:
         raise InvalidArgument("no samples to stack")
     return {name: np.stack([s[name] for s in samples]) for name in samples[0]}
+
+
+def feeds(samples: list[Sample], batched: bool, size: int) -> list[dict[str, np.ndarray]]:
+    """What a model is called with: batches of ``size`` stacked samples, or each whole request alone."""
+    if not batched:
+        return list(samples)
+    step = max(size, 1)
+    return [stack(samples[i : i + step]) for i in range(0, len(samples), step)]
+
+
+def _cast_request(samples: list[Sample], inputs: list[TensorInfo], where: str) -> list[Sample]:
+    """Whole requests of a model that does not batch: every input's rank and fixed dims as the model's."""
+    missing = [i.name for i in inputs if any(i.name not in s for s in samples)]
+    if missing:
+        raise InvalidArgument(f"{where}: the data lacks inputs {missing}; it has {sorted(samples[0])}")
+    out = []
+    for s in samples:
+        item = {}
+        for info in inputs:
+            arr = np.asarray(s[info.name], dtype=info.dtype.numpy_dtype)
+            fits = arr.ndim == len(info.shape) and all(d < 0 or d == a for d, a in zip(info.shape, arr.shape, strict=True))
+            if not fits:
+                raise InvalidArgument(
+                    f"{where}: input {info.name!r} has shape {list(arr.shape)}, expected {list(info.shape)} (-1: any "
+                    "size); a model that does not batch takes whole requests, one array per input"
+                )
+            item[info.name] = arr
+        out.append(item)
+    return out
 
 
 def _cast(samples: list[Sample], inputs: list[TensorInfo], where: str) -> list[Sample]:
@@ -132,11 +165,22 @@ def _from_parquet(path: Path, inputs: list[TensorInfo]) -> list[Sample]:
     return _table(columns, inputs, path)
 
 
-def load_samples(path: Path, inputs: list[TensorInfo], limit: int | None = None) -> list[Sample]:
-    """Samples from ``path`` (see the module docstring), cast to the inputs' types and shapes."""
+def _request_npz(path: Path) -> list[Sample]:
+    with np.load(path) as z:
+        return [{k: z[k] for k in z.files}]
+
+
+def load_samples(path: Path, inputs: list[TensorInfo], limit: int | None = None, batched: bool = True) -> list[Sample]:
+    """Samples from ``path`` (see the module docstring), cast to the inputs' types and shapes; whole
+    requests when the model does not batch (``batched`` False)."""
     if not path.is_file():
         raise InvalidArgument(f"--data {path} does not exist; expected .npz, .json, .csv or .parquet")
     suffix = path.suffix.lower()
+    if not batched:
+        if suffix not in (".npz", ".json"):
+            raise InvalidArgument(f"--data {path}: a model that does not batch takes .npz (one array per input) or .json requests")
+        requests = _request_npz(path) if suffix == ".npz" else _from_json(path)
+        return _cast_request(requests[:limit] if limit else requests, inputs, str(path))
     readers = {
         ".npz": lambda: _from_npz(path), ".json": lambda: _from_json(path),
         ".csv": lambda: _from_csv(path, inputs), ".parquet": lambda: _from_parquet(path, inputs),

@@ -6,6 +6,11 @@ LightGBM / XGBoost model (a pickle or joblib file of the estimator; LightGBM's t
 XGBoost's ``.json``/``.ubj``). The *reference* is the source run as it is (eager torch, ONNX Runtime on
 the original file, the estimator's own ``predict``): every artefact is checked against it.
 
+Most models batch: the first axis of every input and output is the batch. A model whose inputs have
+leading dimensions of their own (GraphSAGE layers: x [n_all, F], nbr1 [n1, k], nbr2 [B, k]) does not: its
+Python file says ``max_batch_size = 0`` (and may give ``dynamic_axes``), or ``--max-batch-size 0`` says
+so for any source; it is then served with ``max_batch_size: 0`` and fed whole requests.
+
 Pickles run code when loaded: give convert only files you would import.
 """
 
@@ -57,6 +62,12 @@ class Source:
     task: Task = "other"
     module: Any = None  # torch.nn.Module for torch kinds
     estimator: Any = None  # the fitted scikit-learn / LightGBM / XGBoost model
+    #: False when the first axis is not a batch axis shared by every tensor (the file's max_batch_size = 0)
+    batches: bool = True
+    #: the file's own example request (``example_inputs()``), in input order: export traces it
+    examples: list[np.ndarray] | None = None
+    #: the file's ``dynamic_axes`` ({tensor: {axis: name}}), for export
+    dynamic_axes: dict[str, dict[int, str]] | None = None
     _run: Callable[[dict[str, np.ndarray]], list[np.ndarray]] | None = field(default=None, repr=False)
 
     @property
@@ -101,8 +112,13 @@ def _torch_run(module: Any, inputs: list[TensorInfo]) -> Callable[[dict[str, np.
     return run
 
 
-def _probe_outputs(run: Callable[[dict[str, np.ndarray]], list[np.ndarray]], inputs: list[TensorInfo]) -> int:
-    feed = {t.name: _zeros(t, 2) for t in inputs}
+def _probe_outputs(
+    run: Callable[[dict[str, np.ndarray]], list[np.ndarray]], inputs: list[TensorInfo], examples: list[np.ndarray] | None
+) -> int:
+    if examples is not None:
+        feed = {t.name: e for t, e in zip(inputs, examples, strict=True)}
+    else:
+        feed = {t.name: _zeros(t, 2) for t in inputs}
     return len(run(feed))
 
 
@@ -120,11 +136,39 @@ def _names(given: list[str] | None, count: int, prefix: str) -> list[str]:
 
 
 def _torch_source(
-    kind: SourceKind, path: Path, module: Any, inputs: list[TensorInfo], output_names: list[str] | None, task: Task
-) -> Source:
+    kind: SourceKind, path: Path, module: Any, inputs: list[TensorInfo], output_names: list[str] | None, task: Task,
+    batching: _Batching | None = None,
+) -> Source:  # fmt: skip
     run = _torch_run(module, inputs)
-    outputs = _names(output_names, _probe_outputs(run, inputs), "OUTPUT")
-    return Source(kind, path, inputs, outputs, task, module=module, _run=run)
+    b = batching or _Batching()
+    outputs = _names(output_names, _probe_outputs(run, inputs, b.examples), "OUTPUT")
+    return Source(kind, path, inputs, outputs, task, module=module, batches=b.batches, examples=b.examples,
+                  dynamic_axes=b.dynamic_axes, _run=run)  # fmt: skip
+
+
+@dataclass
+class _Batching:
+    """What a Python source file says about batching: whether it does, its example request, its dynamic axes."""
+
+    batches: bool = True
+    examples: list[np.ndarray] | None = None
+    dynamic_axes: dict[str, dict[int, str]] | None = None
+
+
+def _file_dynamic_axes(code: Any, path: Path) -> dict[str, dict[int, str]] | None:
+    axes = getattr(code, "dynamic_axes", None)
+    if axes is None:
+        return None
+    try:
+        return {str(name): {int(a): str(n) for a, n in dims.items()} for name, dims in axes.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise InvalidArgument(f"{path}: dynamic_axes must map tensor names to {{axis: name}}, e.g. {{'x': {{0: 'rows'}}}}") from None
+
+
+def _unbatched_info(name: str, example: np.ndarray, dtype: DataType, axes: dict[int, str] | None) -> TensorInfo:
+    """A tensor of a model that does not batch: the example's shape, -1 at its dynamic axes (default axis 0)."""
+    dynamic = set(axes) if axes is not None else {0}
+    return TensorInfo(name, dtype, tuple(-1 if i in dynamic else d for i, d in enumerate(example.shape)))
 
 
 def _need_inputs(inputs: list[TensorInfo] | None, path: Path) -> list[TensorInfo]:
@@ -204,7 +248,8 @@ def _load_python(
     path: Path, factory: str, inputs: list[TensorInfo] | None, outputs: list[str] | None, task: Task
 ) -> Source:
     """``make_model()`` (or the named factory) returns the module; the file may also define
-    ``example_inputs()`` (tensors), ``input_names``, ``output_names`` and ``task``."""
+    ``example_inputs()`` (tensors), ``input_names``, ``output_names``, ``task``, and for a model that does
+    not batch ``max_batch_size = 0`` and ``dynamic_axes`` (default: axis 0 of every tensor, each its own)."""
     import torch
 
     code = _import_file(path)
@@ -215,17 +260,23 @@ def _load_python(
     if not isinstance(module, torch.nn.Module):
         raise InvalidArgument(f"{path}:{factory} returned {type(module).__name__}, expected a torch.nn.Module")
     module.eval()
-    if not inputs and hasattr(code, "example_inputs"):
+    batching = _Batching(batches=int(getattr(code, "max_batch_size", 1)) > 0, dynamic_axes=_file_dynamic_axes(code, path))
+    if hasattr(code, "example_inputs"):
         examples = code.example_inputs()
         examples = (examples,) if isinstance(examples, torch.Tensor) else tuple(examples)
         names = _names(getattr(code, "input_names", None), len(examples), "INPUT")
-        inputs = [
-            TensorInfo(n, DataType.from_triton(f"TYPE_{_TORCH_DTYPES[str(t.dtype)]}"), (-1, *t.shape[1:]))
-            for n, t in zip(names, examples, strict=True)
-        ]
+        dtypes = [DataType.from_triton(f"TYPE_{_TORCH_DTYPES[str(t.dtype)]}") for t in examples]
+        if not batching.batches:
+            batching.examples = [t.detach().cpu().numpy() for t in examples]
+        if not inputs and batching.batches:
+            inputs = [TensorInfo(n, d, (-1, *t.shape[1:])) for n, d, t in zip(names, dtypes, examples, strict=True)]
+        elif not inputs:
+            axes = batching.dynamic_axes
+            inputs = [_unbatched_info(n, e, d, None if axes is None else axes.get(n, {}))
+                      for n, d, e in zip(names, dtypes, batching.examples or [], strict=True)]  # fmt: skip
     outputs = outputs or getattr(code, "output_names", None)
     task = getattr(code, "task", task) if task == "other" else task
-    return _torch_source("python", path, module, _need_inputs(inputs, path), outputs, task)
+    return _torch_source("python", path, module, _need_inputs(inputs, path), outputs, task, batching)
 
 
 def _load_onnx(path: Path, task: Task) -> Source:

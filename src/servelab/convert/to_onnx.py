@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 
 from servelab.convert.sources import TABULAR_KINDS, Source
@@ -99,7 +100,10 @@ def _short(exc: Exception) -> str:
 def _torch_writer(source: Source, path: Path, dynamic_axes: dict[str, dict[int, str]] | None) -> Callable[[int], None]:
     import torch
 
-    examples = tuple(torch.from_numpy(_example(t, 2)) for t in source.inputs)
+    if source.examples is not None:  # the file's own request (a model that does not batch)
+        examples = tuple(torch.from_numpy(np.ascontiguousarray(e)) for e in source.examples)
+    else:
+        examples = tuple(torch.from_numpy(_example(t, 2)) for t in source.inputs)
     names = [t.name for t in source.inputs]
     if dynamic_axes is None:
         dynamic_axes = {n: {0: "batch"} for n in [*names, *source.output_names]}
@@ -116,8 +120,6 @@ def _torch_writer(source: Source, path: Path, dynamic_axes: dict[str, dict[int, 
 
 
 def _example(info: Any, batch: int) -> Any:
-    import numpy as np
-
     shape = [batch if i == 0 and d < 0 else (1 if d < 0 else d) for i, d in enumerate(info.shape)]
     dtype = info.dtype.numpy_dtype
     if dtype.kind == "f":

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from servelab.backends.base import Backend, Executed, Inputs, Outputs
+from servelab.backends.parameters import SchedulerParameters
 from servelab.core.cache import ResponseCache, cache_key
 from servelab.core.stats import ModelStats
 from servelab.core.workers import WorkerInstance
@@ -186,9 +187,8 @@ _LOOP_LOAD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[int]] = we
 
 
 def _inline_threshold_ns(config: mc.ModelConfig, key: str, default_us: int) -> int:
-    if key in config.parameters:
-        return int(float(config.parameters[key].string_value) * 1000)
-    return default_us * 1000
+    value = getattr(SchedulerParameters.read(config), key)  # the typed schema (backends/parameters.py)
+    return int((default_us if value is None else value) * 1000)
 
 
 class DirectScheduler(Scheduler):

@@ -1,6 +1,7 @@
 """The ``graphsage_sampler`` backend: node ids in, a padded 2-hop block (x, nbr1, nbr2) out.
 
-Config parameters (``config.pbtxt`` ``parameters``):
+Config parameters (``config.pbtxt`` ``parameters``, read by
+:class:`~servelab.graph.parameters.GraphSamplerParameters`):
   graph_dir   store folder relative to the model repository root (required), e.g. ``_graphs/demo``;
               it must stay inside the repository (:func:`servelab.trust.resolve_inside`): a store is
               data several models share, so its boundary is the repository, not one model's folder
@@ -24,13 +25,14 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from servelab.backends.base import Backend, Inputs, Outputs, param
+from servelab.backends.base import Backend, Inputs, Outputs
 from servelab.errors import InvalidArgument
 from servelab.graph import _overlay
+from servelab.graph.parameters import GraphSamplerParameters
 from servelab.graph.sampler import NumbaSampler, PythonSampler, gather_features
 from servelab.graph.store import GraphStore
 from servelab.trust import resolve_inside
@@ -59,47 +61,34 @@ class StageTimes:
         return dict(vars(self))
 
 
-def _fanouts(text: str) -> tuple[int, int]:
-    try:
-        hop1, hop2 = (int(part) for part in text.split(","))
-    except ValueError:
-        raise InvalidArgument(f"parameter fanouts must be 'hop1,hop2' (e.g. '10,10'), got {text!r}") from None
-    if hop1 < 1 or hop2 < 1:
-        raise InvalidArgument(f"parameter fanouts must be two positive integers, got {text!r}")
-    return hop1, hop2
-
-
 class GraphSamplerBackend(Backend):
     """Samples the 2-hop neighbourhood of the requested nodes and gathers their features."""
 
     kind = "graphsage_sampler"
+    parameters: ClassVar[type[GraphSamplerParameters]] = GraphSamplerParameters
     releases_gil = True  # the numba serial kernel runs nogil; gather is one numpy take
     never_blocks = True  # compiled sampling, gathers and ONNX Runtime/OpenVINO layers: CPU work only, no I/O
 
     def load(self) -> None:
-        graph_param = param(self.config, "graph_dir")
-        if not graph_param:
+        params = self.parameters.read(self.config)
+        if not params.graph_dir:
             raise InvalidArgument(
                 f"model '{self.ctx.model_name}': parameter graph_dir is required "
                 "(a graph store folder relative to the repository, e.g. _graphs/demo)"
             )
         repository = self.ctx.version_dir.parent.parent
-        graph_dir = resolve_inside(repository, graph_param, "parameter graph_dir", within="the model repository")
+        graph_dir = resolve_inside(repository, params.graph_dir, "parameter graph_dir", within="the model repository")
         self.store = GraphStore.open(graph_dir)
         self._check_outputs()
-        fanouts = _fanouts(param(self.config, "fanouts", "10,10") or "10,10")
-        seed = int(param(self.config, "seed", "0") or 0)
-        kind = param(self.config, "sampler", "numba")
-        if kind == "numba":
-            threads = int(param(self.config, "threads", str(self.ctx.threads)) or 1)
+        fanouts, seed = params.fanouts, params.seed
+        if params.sampler == "numba":
+            threads = params.threads or max(self.ctx.threads, 1)
             self.sampler: NumbaSampler | PythonSampler = NumbaSampler(
                 self.store, fanouts, seed, threads=threads
             )
             self.sampler.warmup()
-        elif kind == "python":
-            self.sampler = PythonSampler(self.store, fanouts, seed)
         else:
-            raise InvalidArgument(f"parameter sampler must be 'numba' or 'python', got {kind!r}")
+            self.sampler = PythonSampler(self.store, fanouts, seed)
         self._csr = (self.sampler.indptr, self.sampler.indices)  # plain contiguous arrays for numba
         _overlay.warmup(*self._csr, fanouts)
         self.fanouts = fanouts

@@ -2,7 +2,8 @@
 
 ``graphsage_sampler`` (node ids -> padded block), ``graphsage_layers`` (block -> logits, embeddings on
 one runtime), the ``sage`` ensemble over both, and ``sage_fused`` (the same pipeline in one model
-call, :mod:`servelab.graph.fused`). Plain protobuf: no torch, no runtime.
+call, :mod:`servelab.graph.fused`). Plain protobuf: no torch, no runtime; parameters go through the
+typed schemas the backends read (:mod:`servelab.graph.parameters`, backends/parameters.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
+from servelab.backends.parameters import OnnxRuntimeParameters
+from servelab.graph.parameters import FusedSageParameters, GraphSamplerParameters
 from servelab.graph.sessions import INPUT_NAMES, OUTPUT_NAMES, RUNTIMES
 from servelab.protocol import model_config_pb2 as mc
 
@@ -56,8 +59,7 @@ def sampler_config(graph_dir: str, features: int, fanouts: tuple[int, int]) -> m
             mc.ModelOutput(name="nbr2", data_type=mc.TYPE_INT64, dims=[-1, fanouts[0]]),
         ]
     )
-    cfg.parameters["graph_dir"].string_value = graph_dir
-    cfg.parameters["fanouts"].string_value = f"{fanouts[0]},{fanouts[1]}"
+    GraphSamplerParameters(graph_dir=graph_dir, fanouts=fanouts).write(cfg)
     return cfg
 
 
@@ -87,7 +89,7 @@ def layers_config(
     if runtime == "onnxruntime":
         # Spinning intra-op threads fight the sampler and the front-ends for 2 cores: served over gRPC
         # at batch 1 on the 1M-node graph, P99 fell from 4-6 ms to ~1.1 ms with spinning off.
-        cfg.parameters["allow_spinning"].string_value = "0"
+        OnnxRuntimeParameters(allow_spinning=False).write(cfg)
     # Measured alternative (benchmarks/RESULTS.md): two single-thread instances cut in-process batch-1 P50
     # (114 -> 95 us) but served end to end gave lower nodes/s (22.7k vs 27.2k) and no better gRPC P50, so
     # one instance with every core stays the default; add `instance_group` to the config to switch.
@@ -136,10 +138,9 @@ def fused_config(runtime: str, graph_dir: str, features: int, hidden: int, class
     )
     cfg.input.extend(_graph_inputs(features))
     cfg.output.extend(_sage_outputs(hidden, classes))
-    cfg.parameters["graph_dir"].string_value = graph_dir
-    cfg.parameters["fanouts"].string_value = f"{fanouts[0]},{fanouts[1]}"
     # the dense graph is ONNX: OpenVINO reads it directly; torch layers fall back to ONNX Runtime here
-    cfg.parameters["runtime"].string_value = "openvino" if runtime == "openvino" else "onnxruntime"
+    dense_runtime = "openvino" if runtime == "openvino" else "onnxruntime"
+    FusedSageParameters(graph_dir=graph_dir, fanouts=fanouts, runtime=dense_runtime).write(cfg)
     return cfg
 
 

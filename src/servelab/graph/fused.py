@@ -8,7 +8,8 @@ them from the store (:mod:`servelab.graph._fused_kernels`), and the 11-node dens
 statistics and scheduling of nested model calls. Same inputs (``node_ids`` and the inductive
 ``new_features`` / ``new_edges``) and outputs (``logits``, ``embeddings``) as ``sage``.
 
-Config parameters, besides the sampler's (``graph_dir``, ``fanouts``, ``sampler``, ``seed``, ``threads``):
+Config parameters (read by :class:`~servelab.graph.parameters.FusedSageParameters`), besides the
+sampler's (``graph_dir``, ``fanouts``, ``sampler``, ``seed``, ``threads``):
   runtime          "onnxruntime" (default) or "openvino": what runs the dense graph (``model.onnx``)
   layers_threads   intra-op threads of the dense graph, default 1: its ops are small and concurrent
                    requests run side by side on one session, which serves 2 cores better than
@@ -24,15 +25,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from servelab.backends.base import Inputs, Outputs, param
+from servelab.backends.base import Inputs, Outputs
 from servelab.errors import InvalidArgument
 from servelab.graph import _sampler_kernels
 from servelab.graph._fused_kernels import dense_inputs, dense_serial
 from servelab.graph.backend import NEW_EDGES, NEW_FEATURES, GraphSamplerBackend
+from servelab.graph.parameters import FusedSageParameters
 from servelab.graph.sampler import NumbaSampler
 from servelab.graph.sessions import OUTPUT_NAMES, openvino_model, ort_session
 from servelab.trust import version_file
@@ -40,7 +42,6 @@ from servelab.trust import version_file
 __all__ = ["FusedSageBackend"]
 
 DenseFn = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-_RUNTIMES = ("onnxruntime", "openvino")
 
 
 def _onnxruntime(path: Path, threads: int) -> DenseFn:
@@ -70,13 +71,12 @@ class FusedSageBackend(GraphSamplerBackend):
     """node_ids -> (logits, embeddings) in one call: sample, aggregate while gathering, dense layers."""
 
     kind = "graphsage"
+    parameters: ClassVar[type[FusedSageParameters]] = FusedSageParameters
     releases_gil = True  # numba kernels run nogil; both runtimes release the GIL while computing
 
     def load(self) -> None:
+        params = FusedSageParameters.read(self.config)  # bad keys fail before the store is opened
         super().load()
-        runtime = param(self.config, "runtime", "onnxruntime") or "onnxruntime"
-        if runtime not in _RUNTIMES:
-            raise InvalidArgument(f"parameter runtime must be one of {', '.join(_RUNTIMES)}, got {runtime!r}")
         name = self.config.default_model_filename or "model.onnx"
         path = version_file(self.ctx.version_dir, name, "default_model_filename")
         if path.is_dir():
@@ -86,9 +86,8 @@ class FusedSageBackend(GraphSamplerBackend):
                 f"model '{self.ctx.model_name}': no dense graph at {self.ctx.version_dir.name}/{name} "
                 "(written by `servelab graph export`, see servelab.graph.dense)"
             )
-        threads = int(param(self.config, "layers_threads", "1") or 1)
-        self.parallel_from = int(param(self.config, "parallel_from", "64") or 64)
-        self._dense = (_onnxruntime if runtime == "onnxruntime" else _openvino)(path, max(threads, 1))
+        self.parallel_from = params.parallel_from
+        self._dense = (_onnxruntime if params.runtime == "onnxruntime" else _openvino)(path, params.layers_threads)
         self.layers_ns = 0
         # the small-batch fast path needs the numba sampler and float32 features (numba reads them in place)
         sampler, self._next_seed, self._serial_below = self.sampler, None, 0

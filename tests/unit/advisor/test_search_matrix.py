@@ -3,11 +3,13 @@ best point is known (no servers: the measured rates come from a formula)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import pytest
 
 from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid, parse_batching
+from servelab.advisor.inprocess import choose_batch
 from servelab.advisor.matrix import Constraints, Row, decide, load_qualitative, parse_weights
 from servelab.advisor.search import Measured, quick_search
 from servelab.advisor.wire import Probe, RateSearch, search_rate
@@ -63,6 +65,13 @@ def test_the_budget_stops_the_climb() -> None:
     assert len(land.results) == 3
 
 
+def test_the_time_budget_stops_the_climb() -> None:
+    land = Landscape()
+    pick, log = quick_search(_grid(), [ORT, OV], land, budget=48, deadline=time.perf_counter())  # type: ignore[arg-type]
+    assert len(land.results) == 1 and pick is not None
+    assert log[-1] == "time budget reached after 1 grid points"
+
+
 def _probe(rate: float, capacity: float, sla: float) -> Probe:
     p99 = 5.0 / max(1e-6, 1 - rate / capacity) if rate < capacity else 1e4
     return Probe("request_rate", rate, min(rate, capacity), 1.0, p99, 0, 100.0, p99 <= sla)
@@ -114,3 +123,10 @@ def test_bad_options_are_refused() -> None:
         Grid(())
     with pytest.raises(InvalidArgument, match="no grid point fits"):
         Grid((ArtefactRef("m", "onnxruntime", "fp32", 4),), (Batching(8, 100),))
+
+
+def test_the_in_process_batch_fits_the_run_for_slow_and_fast_models() -> None:
+    assert choose_batch(0.0003, 32, 0.5) == 32  # a small text encoder: the whole max batch
+    assert choose_batch(0.030, 32, 0.5) == 5  # a ResNet-50 at 30 ms a row: what fits a third of the run
+    assert choose_batch(0.160, 32, 0.5) == 4  # slower still: never below 4 rows ...
+    assert choose_batch(0.160, 2, 0.5) == 2  # ... unless max_batch_size (or the data) has fewer

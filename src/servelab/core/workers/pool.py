@@ -8,7 +8,8 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from servelab.backends.base import Backend, BackendContext, param
+from servelab.backends.base import Backend, BackendContext
+from servelab.backends.parameters import SchedulerParameters
 from servelab.config.settings import WorkerSettings
 from servelab.core.workers.instance import WorkerInstance
 from servelab.errors import InvalidArgument
@@ -18,7 +19,6 @@ __all__ = ["WorkerPool", "runs_in_worker"]
 
 log = logging.getLogger("servelab.workers")
 
-_MODES = ("auto", "thread", "process")
 _CALL_THREADS = 4
 
 
@@ -29,9 +29,10 @@ def runs_in_worker(backend: type[Backend], config: mc.ModelConfig) -> bool:
     that hold the GIL (``Backend.releases_gil`` False: the python backend). A class defined in a
     script's ``__main__`` cannot be imported by a worker: ``auto`` keeps it in threads.
     """
-    mode = (param(config, "instance_mode", "auto") or "auto").strip().lower()
-    if mode not in _MODES:
-        raise InvalidArgument(f"model '{config.name}': parameter 'instance_mode' must be one of {list(_MODES)}; got {mode!r}")
+    try:
+        mode = SchedulerParameters.read(config).instance_mode
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"model '{config.name}': {exc.message}") from None
     if mode == "thread":
         return False
     importable = backend.__module__ != "__main__"
