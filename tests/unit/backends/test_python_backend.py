@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from harness.backends import context
-from harness.models import write_python_model
+from harness.models import auto_complete_py, write_python_model
 from servelab.backends.python import PythonBackend
 from servelab.errors import InternalError, InvalidArgument, ServelabError
 from servelab.protocol import model_config_pb2 as mc
@@ -320,41 +320,21 @@ def test_a_decoupled_models_failure_is_the_final_response_of_its_open_requests(t
     backend.unload()
 
 
-AUTO_COMPLETE_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-print("importing prints are harmless")
-
-class TritonPythonModel:
-    @staticmethod
-    def auto_complete_config(auto_complete_model_config):
-        auto_complete_model_config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [4]})
-        auto_complete_model_config.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [4]})
-        auto_complete_model_config.set_max_batch_size(8)
-        auto_complete_model_config.set_dynamic_batching()
-        auto_complete_model_config.set_model_transaction_policy({"decoupled": False})
-        return auto_complete_model_config
-
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", r.get("IN"))]) for r in requests]
-"""
-
-
 def test_auto_complete_config_fills_a_missing_config(tmp_path: Path) -> None:
-    version_dir = write_python_model(tmp_path / "auto", textwrap.dedent(AUTO_COMPLETE_MODEL)).parent
+    version_dir = write_python_model(tmp_path / "auto", auto_complete_py(("IN", "OUT"), 8)).parent
     config = mc.ModelConfig(name="auto", backend="python", default_model_filename="model.py")
     PythonBackend.autocomplete(config, version_dir)
     assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [("IN", mc.TYPE_FP32, [4])]
     assert [t.name for t in config.output] == ["OUT"] and config.max_batch_size == 8
-    assert config.HasField("dynamic_batching") and not config.model_transaction_policy.decoupled
+    assert config.HasField("dynamic_batching") and not config.HasField("model_transaction_policy")
     assert config.name == "auto" and config.backend == "python"
 
 
 def test_auto_complete_config_errors_fail_the_load_with_the_models_message(tmp_path: Path) -> None:
-    source = AUTO_COMPLETE_MODEL.replace('"dims": [4]})\n        auto_complete_model_config.add_output',
-                                         '"dims": [4]})\n        auto_complete_model_config.add_input({"name": "IN", '
-                                         '"data_type": "TYPE_INT8", "dims": [4]})\n        auto_complete_model_config.add_output')
-    version_dir = write_python_model(tmp_path / "auto", textwrap.dedent(source)).parent
+    source = auto_complete_py(("IN", "OUT")).replace(
+        "auto_complete_model_config.set_max_batch_size(4)",
+        'auto_complete_model_config.add_input({"name": "IN", "data_type": "TYPE_INT8", "dims": [4]})')
+    version_dir = write_python_model(tmp_path / "auto", source).parent
     config = mc.ModelConfig(name="auto", backend="python", default_model_filename="model.py")
     with pytest.raises(InvalidArgument, match="auto_complete_config failed: ValueError: .*expects datatype TYPE_FP32"):
         PythonBackend.autocomplete(config, version_dir)

@@ -161,16 +161,12 @@ class TritonPythonModel:
             doubled = pb_utils.InferenceRequest(model_name="double", inputs=[x], requested_output_names=["Y"]).exec()
             if doubled.has_error():
                 raise pb_utils.TritonModelException(doubled.error().message())
+            call = pb_utils.InferenceRequest(model_name="parts", inputs=[x], requested_output_names=["Y"],
+                                             parameters={"k": 3})
+            parts = [p for p in call.exec(decoupled=True) if p.output_tensors()]
             total = pb_utils.get_output_tensor_by_name(doubled, "Y").as_numpy().copy()
-            count = 0
-            parts = pb_utils.InferenceRequest(model_name="parts", inputs=[x], requested_output_names=["Y"],
-                                              parameters={"k": 3})
-            for part in parts.exec(decoupled=True):
-                if part.has_error():
-                    raise pb_utils.TritonModelException(part.error().message())
-                if part.output_tensors():
-                    total += pb_utils.get_output_tensor_by_name(part, "Y").as_numpy()
-                    count += 1
+            total += sum(pb_utils.get_output_tensor_by_name(p, "Y").as_numpy() for p in parts)
+            count = len(parts)
             missing = pb_utils.InferenceRequest(model_name="missing", inputs=[x], requested_output_names=["Y"]).exec()
             assert missing.has_error() and missing.error().code() == pb_utils.TritonError.NOT_FOUND
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total),

@@ -27,18 +27,9 @@ from servelab.backends.pb_utils._errors import TritonError, TritonModelException
 from servelab.backends.pb_utils._tensor import Tensor
 from servelab.errors import ServelabError
 
-__all__ = [
-    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
-    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
-    "TRITONSERVER_REQUEST_RELEASE_ALL",
-    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
-    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
-    "InferenceRequest",
-    "InferenceResponse",
-    "InferenceResponseSender",
-    "ResponseIterator",
-]
+__all__ = ["InferenceRequest", "InferenceResponse", "InferenceResponseSender", "ResponseIterator"]
 
+# Triton's flags (tritonserver.h), re-exported by the package
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
