@@ -81,8 +81,8 @@ class TritonPythonModel:
         return responses
 """
 
-#: decoupled: one response per element of IN (OUT = the element, IDX = its position), sent from a thread
-#: that outlives execute, then the final flag alone
+#: decoupled: one response per element of IN (OUT = the element, IDX = its position, the request's id as
+#: response parameter "request"), sent from a thread that outlives execute, then the final flag alone
 REPEAT = """
 import threading
 import numpy as np
@@ -97,13 +97,15 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().copy()
-            threading.Thread(target=self.send, args=(request.get_response_sender(), values), daemon=True).start()
+            threading.Thread(target=self.send, args=(request.get_response_sender(), values, request.request_id()),
+                             daemon=True).start()
         return None
 
-    def send(self, sender, values):
+    def send(self, sender, values, request_id):
         for i, value in enumerate(values):
             sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([value], np.int32)),
-                                                    pb_utils.Tensor("IDX", np.array([i], np.uint32))]))
+                                                    pb_utils.Tensor("IDX", np.array([i], np.uint32))],
+                                                   parameters={"request": request_id}))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
@@ -281,6 +283,7 @@ def test_a_decoupled_model_answers_zero_one_or_many_times_per_request(served: Se
     assert sorted(by_id) == ["many", "one"]
     assert [int(r.as_numpy("OUT")[0]) for r in by_id["many"]] == [4, 2, 7] and by_id["one"][0].as_numpy("OUT").tolist() == [9]
     assert [r.as_numpy("IDX") for r in by_id["many"]] == [None] * 3  # only the requested output comes
+    assert all(r.get_response().parameters["request"].string_param == rid for rid, rs in by_id.items() for r in rs)
     assert not any(_final(r) for r in answers)
 
 

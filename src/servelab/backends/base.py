@@ -68,12 +68,13 @@ class StreamItem:
 @dataclass(slots=True)
 class StreamRequest:
     """One request for ``execute_stream``: inputs, the request's parameters, the outputs the client asked
-    for (empty: all) and whether the client has gone (``cancelled()``)."""
+    for (empty: all), whether the client has gone (``cancelled()``) and the client's request id."""
 
     inputs: Inputs
     parameters: dict[str, Any] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
     cancelled: Callable[[], bool] = lambda: False
+    request_id: str = ""
 
 
 #: Where a decoupled backend sends a response: (index of the request in the execution, the response).

@@ -255,7 +255,8 @@ class PythonBackend(Backend):
         name = self.ctx.model_name
         senders = [InferenceResponseSender(emit, i, r.cancelled) for i, r in enumerate(requests)]
         wrapped = [
-            InferenceRequest._for_execute(r.inputs, r.parameters, r.outputs or list(self._outputs), name, s, r.cancelled)
+            InferenceRequest._for_execute(r.inputs, r.parameters, r.outputs or list(self._outputs), name, s, r.cancelled,
+                                          r.request_id)
             for r, s in zip(requests, senders, strict=True)
         ]  # fmt: skip
         try:

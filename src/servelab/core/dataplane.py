@@ -212,7 +212,7 @@ class DataPlane:
         sink = AsyncSink(asyncio.get_running_loop())
         failed = False
         with lv.scheduler.track():
-            start_stream(lv.instances, StreamRequest(inputs, dict(request.parameters), wanted), sink)
+            start_stream(lv.instances, StreamRequest(inputs, dict(request.parameters), wanted, request_id=request.id), sink)
             try:
                 while True:
                     item = await self._next_item(lv, sink)

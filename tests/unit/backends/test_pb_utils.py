@@ -202,3 +202,9 @@ def test_logger_writes_to_the_model_log(caplog: pytest.LogCaptureFixture) -> Non
     got = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert got == [(logging.INFO, "info line"), (logging.WARNING, "warn line"), (logging.DEBUG, "verbose line"),
                    (logging.ERROR, "error line")]  # fmt: skip
+
+
+def test_the_model_loading_api_says_what_to_use_instead() -> None:
+    for call in (lambda: pb_utils.load_model("m"), lambda: pb_utils.unload_model("m"), lambda: pb_utils.is_model_ready("m")):
+        with pytest.raises(pb_utils.TritonModelException, match="repository API"):
+            call()

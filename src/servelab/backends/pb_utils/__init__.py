@@ -62,10 +62,13 @@ __all__ = [
     "get_input_tensor_by_name",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
     "numpy_to_triton_type",
     "serialize_byte_tensor",
     "triton_string_to_numpy",
     "triton_to_numpy_type",
+    "unload_model",
     "using_decoupled_model_transaction_policy",
 ]
 
@@ -79,3 +82,25 @@ def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> 
 def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
     """The output ``name`` of a response, or None."""
     return next((t for t in inference_response.output_tensors() if t.name() == name), None)
+
+
+def _no_model_control(call: str) -> TritonModelException:
+    return TritonModelException(
+        f"pb_utils.{call}: Triton's model loading API is not offered to python models by servelab; load and "
+        "unload models with the repository API (POST /v2/repository/models/<name>/load | unload)"
+    )
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Not offered on servelab (raises, saying what to use instead)."""
+    raise _no_model_control("load_model")
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """Not offered on servelab (raises, saying what to use instead)."""
+    raise _no_model_control("unload_model")
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Not offered on servelab (raises, saying what to use instead)."""
+    raise _no_model_control("is_model_ready")

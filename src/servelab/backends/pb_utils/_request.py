@@ -216,12 +216,13 @@ class InferenceRequest:
 
     @classmethod
     def _for_execute(cls, inputs: Mapping[str, np.ndarray], parameters: Mapping[str, Any], outputs: list[str],
-                     model_name: str, sender: InferenceResponseSender, cancelled: Callable[[], bool]) -> InferenceRequest:
+                     model_name: str, sender: InferenceResponseSender, cancelled: Callable[[], bool],
+                     request_id: str = "") -> InferenceRequest:
         """The request the backend hands to ``execute`` (any parameter value is allowed from the wire)."""
         request = cls(model_name=model_name, requested_output_names=outputs)
         request.inputs = _Inputs(inputs)
         request._parameters = json.dumps(dict(parameters), default=str)
-        request._request_id = str(parameters.get("_request_id", ""))
+        request._request_id = request_id
         correlation = parameters.get("sequence_id", 0)
         request._correlation_id = correlation if isinstance(correlation, int | str) else 0
         request._sender, request._cancelled = sender, cancelled

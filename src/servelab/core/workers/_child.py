@@ -105,10 +105,10 @@ class _Worker:
             executed = Executed([InternalError(f"worker failed: {exc!r}")] * len(requests))
         self._send_result(request_id, executed, len(requests))
 
-    def _stream(self, request_id: int, body: list[tuple[Inputs, dict[str, Any], list[str]]]) -> None:
+    def _stream(self, request_id: int, body: list[tuple[Inputs, dict[str, Any], list[str], str]]) -> None:
         """A decoupled request: responses leave as the model sends them; RESULT when execute returns."""
         cancelled = self.pump.cancelled
-        requests = [StreamRequest(i, p, o, lambda: request_id in cancelled) for i, p, o in body]
+        requests = [StreamRequest(i, p, o, lambda: request_id in cancelled, rid) for i, p, o, rid in body]
 
         def emit(index: int, item: StreamItem) -> None:
             try:

@@ -65,7 +65,7 @@ class Ticket:
     executed: Executed | None = None
     #: a decoupled request: its parameters and requested outputs travel too, its responses go here
     sink: StreamSink | None = None
-    extras: tuple[dict[str, Any], list[str]] | None = None
+    extras: tuple[dict[str, Any], list[str], str] | None = None
     started_ns: int = 0
     sent_ns: int = 0
     input_ns: int = 0
@@ -127,7 +127,7 @@ class Dispatcher:
     def open_stream(self, request: StreamRequest, sink: StreamSink) -> None:
         """Run a decoupled request in the worker; every response goes to ``sink``, the last one final."""
         ticket = Ticket(next(self._ids), [request.inputs], time.perf_counter_ns(), lambda e: self._executed(ticket, e),
-                        sink=sink, extras=(request.parameters, request.outputs))  # fmt: skip
+                        sink=sink, extras=(request.parameters, request.outputs, request.request_id))  # fmt: skip
         sink.on_cancel = lambda: self._cancel(ticket)
         with self.lock:
             self.streams[ticket.id] = sink

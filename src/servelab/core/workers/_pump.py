@@ -92,7 +92,7 @@ class Pump:
         if kind == EXECUTE:
             body = [self.channel.arrays(descriptors, copy=False) for descriptors in body]
         elif kind == STREAM:
-            body = [(self.channel.arrays(d, copy=True), params, outputs) for d, params, outputs in body]
+            body = [(self.channel.arrays(d, copy=True), *extras) for d, *extras in body]
         elif kind == CALL_RESULT and body[0] == 0:
             body = (0, self.channel.arrays(body[1], copy=True))
         elif kind == CALL_ITEM and body[0] is not None and body[0][0] == 0:
