@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,7 +190,7 @@ class DataPlane:
         lv.stats.record_request(True, time.perf_counter_ns() - t0)
         return result
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[Streamed]:
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[Streamed, None]:
         """Every response to ``request``: a decoupled model's zero, one or many, one for any other model.
 
         Each response carries ``triton_final_response``; a decoupled model's final response without

@@ -222,18 +222,48 @@ class TritonPythonModel:
 """
 
 
-def test_custom_metrics_of_a_worker_live_in_the_server_and_go_with_it(tmp_path: Path) -> None:
+METERED = ('name: "counted" backend: "python" input [{ name: "IN" data_type: TYPE_INT32 dims: [1] }] '
+           'output [{ name: "OUT" data_type: TYPE_FP32 dims: [1] }, { name: "WHY" data_type: TYPE_STRING dims: [1] }]')
+
+
+@pytest.mark.parametrize("where", ["worker", "thread"])
+def test_custom_metrics_live_in_the_server_and_go_with_the_instance(tmp_path: Path, where: str) -> None:
     store = CustomMetrics()
-    config = ('name: "counted" backend: "python" input [{ name: "IN" data_type: TYPE_INT32 dims: [1] }] '
-              'output [{ name: "OUT" data_type: TYPE_FP32 dims: [1] }, { name: "WHY" data_type: TYPE_STRING dims: [1] }]')  # fmt: skip
-    worker = _python_worker(tmp_path, "import numpy as np\n" + METRICS, config, custom_metrics=store)
+    if where == "worker":
+        worker: Any = _python_worker(tmp_path, "import numpy as np\n" + METRICS, METERED, custom_metrics=store)
+    else:
+        from harness.backends import context
+
+        version_dir = write_python_model(tmp_path / "counted", "import numpy as np\n" + textwrap.dedent(METRICS)).parent
+        worker = PythonBackend(context(text_format.Parse(METERED, mc.ModelConfig()), version_dir, name="counted",
+                                       custom_metrics=store))  # fmt: skip
+        worker.load()
     try:
         for expected in (1.0, 2.0):
             out = worker.infer({"IN": np.array([1], np.int32)})
             assert float(out["OUT"][0]) == expected
         assert store.value("unit_worker_requests", (("model", "counted"),)) == 2.0
-        assert b"already exists as a counter" in out["WHY"][0]
+        assert "already exists as a counter" in str(out["WHY"][0])  # bytes from a worker, str in a thread
     finally:
-        worker.close()
+        worker.unload()
     with pytest.raises(NotFound):
         store.value("unit_worker_requests", (("model", "counted"),))
+
+
+def test_a_decoupled_model_in_a_server_thread_streams_the_same_way(tmp_path: Path) -> None:
+    from harness.backends import context
+    from servelab.core.workers import start_stream
+
+    config = text_format.Parse(DECOUPLED, mc.ModelConfig())
+    version_dir = write_python_model(tmp_path / "rep", textwrap.dedent(REPEAT)).parent
+    backend = PythonBackend(context(config, version_dir, name="rep"))
+    backend.load()
+    try:
+        first, second = ThreadSink(), ThreadSink()
+        start_stream([backend], StreamRequest({"IN": np.array([2], np.int32)}, request_id="a"), first)
+        assert _value(_take(first)) == 0
+        start_stream([backend], StreamRequest({"IN": np.array([0], np.int32)}), second)
+        assert _take(second).final
+        assert [(_value(i), i.final) for i in (_take(first), _take(first))] == [(1, False), (None, True)]
+    finally:
+        backend.unload()

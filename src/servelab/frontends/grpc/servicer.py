@@ -9,6 +9,7 @@ offered: they answer UNIMPLEMENTED with the alternative to use.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
@@ -167,15 +168,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             decoded = await self._decode(request)
             decode_ns = perf_counter_ns() - t0
-            async for item in self.dataplane.infer_stream(decoded):
-                if item.response is None:
-                    yield self._stream_error(request, item.error, item.final)
-                    continue
-                t1 = perf_counter_ns()
-                encoded = encode_response(item.response)
-                self.dataplane.record_wire(item.response, decode_ns, perf_counter_ns() - t1)
-                decode_ns = 0  # counted once per request
-                yield pb.ModelStreamInferResponse(infer_response=encoded)
+            async with contextlib.aclosing(self.dataplane.infer_stream(decoded)) as items:  # a gone client ends it
+                async for item in items:
+                    if item.response is None:
+                        yield self._stream_error(request, item.error, item.final)
+                        continue
+                    t1 = perf_counter_ns()
+                    encoded = encode_response(item.response)
+                    self.dataplane.record_wire(item.response, decode_ns, perf_counter_ns() - t1)
+                    decode_ns = 0  # counted once per request
+                    yield pb.ModelStreamInferResponse(infer_response=encoded)
         except Exception as exc:
             yield self._stream_error(request, exc, True)
 
