@@ -42,7 +42,7 @@ from servelab.core.workers._channel import (
 from servelab.core.workers._latch import Latch, settle_on
 from servelab.core.workers._serving import KINDS as CALL_KINDS
 from servelab.core.workers._serving import WorkerCalls
-from servelab.core.workers._sinks import StreamSink
+from servelab.core.workers._sinks import OpenStreams, StreamSink
 from servelab.errors import InternalError, ServelabError, Unavailable
 
 __all__ = ["Dispatcher", "Ticket"]
@@ -90,8 +90,8 @@ class Dispatcher:
         self.queue: deque[Ticket] = deque()
         self.active: Ticket | None = None
         self.reader: Ticket | None = None  # whose waiter reads now; None while active: the supervisor
-        #: decoupled requests whose final response has not come, by request id
-        self.streams: dict[int, StreamSink] = {}
+        #: decoupled requests whose final response has not come
+        self.streams = OpenStreams()
         self.state = "STARTING"
         self.down_reason = "starting"
         self.channel: Channel | None = None
@@ -129,8 +129,7 @@ class Dispatcher:
         ticket = Ticket(next(self._ids), [request.inputs], time.perf_counter_ns(), lambda e: self._executed(ticket, e),
                         sink=sink, extras=(request.parameters, request.outputs, request.request_id))  # fmt: skip
         sink.on_cancel = lambda: self._cancel(ticket)
-        with self.lock:
-            self.streams[ticket.id] = sink
+        self.streams.add(ticket.id, sink)
         self.submit(ticket)
 
     def _executed(self, ticket: Ticket, executed: Executed) -> None:
@@ -140,30 +139,16 @@ class Dispatcher:
         sink.executed = executed
         error = next((r for r in executed.results if isinstance(r, ServelabError)), None)
         if error is not None:
-            self._finish_stream(ticket.id, StreamItem(error=error, final=True))
-
-    def _finish_stream(self, request_id: int, item: StreamItem) -> None:
-        with self.lock:
-            sink = self.streams.pop(request_id, None)
-        if sink is not None:
-            sink.put(item)
+            self.streams.deliver(ticket.id, StreamItem(error=error, final=True))
 
     def _cancel(self, ticket: Ticket) -> None:
         """The consumer of a decoupled request has gone: a queued one is skipped, a running one told."""
         ticket.cancelled = True
-        with self.lock:
-            self.streams.pop(ticket.id, None)  # what still comes for it is read and dropped
+        self.streams.drop(ticket.id)
         channel = self.channel
         if ticket.started_ns and channel is not None:
             with contextlib.suppress(OSError):
                 channel.send(CANCEL, ticket.id)
-
-    def fail_streams(self, error: ServelabError) -> None:
-        """Every open decoupled request ends with ``error`` (its worker died or the instance closed)."""
-        with self.lock:
-            open_ids = list(self.streams)
-        for request_id in open_ids:
-            self._finish_stream(request_id, StreamItem(error=error, final=True))
 
     def submit(self, ticket: Ticket) -> None:
         claimed = refused = None
@@ -192,7 +177,7 @@ class Dispatcher:
                 self.reader = ticket if ticket.sink is None else None  # a stream's: the supervisor reads
                 return ticket
             if ticket.sink is not None:
-                self.streams.pop(ticket.id, None)  # cancelled before it ran
+                self.streams.drop(ticket.id)  # cancelled before it ran
         return None
 
     def start(self, ticket: Ticket) -> None:
@@ -388,12 +373,7 @@ class Dispatcher:
             else:
                 item.error = error_from(entry[1], entry[2])
         channel.done_reading()
-        if final:
-            self._finish_stream(msg_id, item)
-            return
-        sink = self.streams.get(msg_id)
-        if sink is not None:
-            sink.put(item)
+        self.streams.deliver(msg_id, item)
 
     def retire(self, channel: Channel) -> None:
         """Close a dead worker's channel; in the loop watching it, if one does (it must unwatch first)."""

@@ -15,8 +15,9 @@ import threading
 from collections.abc import Callable
 
 from servelab.backends.base import Executed, StreamItem
+from servelab.errors import ServelabError
 
-__all__ = ["AsyncSink", "StreamSink", "ThreadSink"]
+__all__ = ["AsyncSink", "OpenStreams", "StreamSink", "ThreadSink"]
 
 
 class StreamSink:
@@ -90,3 +91,37 @@ class ThreadSink(StreamSink):
             return self._queue.get(timeout=timeout_s)
         except queue.Empty:
             return None
+
+
+class OpenStreams:
+    """One worker's decoupled requests whose final response has not come, by request id (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sinks: dict[int, StreamSink] = {}
+
+    def __len__(self) -> int:
+        return len(self._sinks)
+
+    def add(self, request_id: int, sink: StreamSink) -> None:
+        with self._lock:
+            self._sinks[request_id] = sink
+
+    def drop(self, request_id: int) -> None:
+        """Forget a request: what still comes for it is read and dropped."""
+        with self._lock:
+            self._sinks.pop(request_id, None)
+
+    def deliver(self, request_id: int, item: StreamItem) -> None:
+        """One response to its sink; the final one closes the request."""
+        with self._lock:
+            sink = self._sinks.pop(request_id, None) if item.final else self._sinks.get(request_id)
+        if sink is not None:
+            sink.put(item)
+
+    def fail_all(self, error: ServelabError) -> None:
+        """Every open request ends with ``error`` (its worker died or the instance closed)."""
+        with self._lock:
+            sinks, self._sinks = list(self._sinks.values()), {}
+        for sink in sinks:
+            sink.put(StreamItem(error=error, final=True))

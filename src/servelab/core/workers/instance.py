@@ -165,7 +165,7 @@ class WorkerInstance(Backend):
         d.fail(queued, Unavailable(f"{self.label} was unloaded before the request ran"))
         if proc is not None and channel is not None:
             stop(proc, channel, grace_s)
-        d.fail_streams(Unavailable(f"{self.label} was unloaded while the request was streaming responses"))
+        d.streams.fail_all(Unavailable(f"{self.label} was unloaded while the request was streaming responses"))
         self._forget_metrics()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10.0)
@@ -309,7 +309,7 @@ class WorkerInstance(Backend):
         if active is not None:
             d.fail([active], Unavailable(f"{self.label}: its worker process (pid {pid}) {how} while running the request"))
         d.fail(queued, Unavailable(f"{self.label}: its worker process (pid {pid}) {how} before the request ran"))
-        d.fail_streams(Unavailable(f"{self.label}: its worker process (pid {pid}) {how} while the request was streaming"))
+        d.streams.fail_all(Unavailable(f"{self.label}: its worker process (pid {pid}) {how} while the request was streaming"))
         self._forget_metrics()
 
     def _closed_while_running(self) -> None:
@@ -318,7 +318,7 @@ class WorkerInstance(Backend):
             active, d.active, d.reader = d.active, None, None
         if active is not None:
             d.fail([active], Unavailable(f"{self.label} was unloaded while the request ran"))
-        d.fail_streams(Unavailable(f"{self.label} was unloaded while the request was streaming responses"))
+        d.streams.fail_all(Unavailable(f"{self.label} was unloaded while the request was streaming responses"))
 
     def _forget_metrics(self) -> None:
         """The worker's custom metrics go with it (a restarted worker creates them again)."""
