@@ -105,9 +105,13 @@ def build_mlps(repo: Path) -> None:
 
 
 PREPROCESS = '''\
-"""Python backend example: normalise UINT8 pixels to FP32, as a pre-processing step would."""
+"""Python backend example: normalise UINT8 pixels to FP32, as a pre-processing step would.
+
+Written against Triton's python backend API, so the same file loads on Triton too.
+"""
 
 import numpy as np
+import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
@@ -115,10 +119,12 @@ class TritonPythonModel:
         self.mean, self.std = 127.5, 64.0
 
     def execute(self, requests):
-        return [
-            {"PIXELS_NORM": (r.inputs["PIXELS"].astype(np.float32) - self.mean) / self.std}
-            for r in requests
-        ]
+        responses = []
+        for request in requests:
+            pixels = pb_utils.get_input_tensor_by_name(request, "PIXELS").as_numpy()
+            normalised = (pixels.astype(np.float32) - self.mean) / self.std
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("PIXELS_NORM", normalised)]))
+        return responses
 
     def finalize(self):
         pass

@@ -16,6 +16,7 @@ __all__ = [
     "ServelabError",
     "Unauthenticated",
     "Unavailable",
+    "Unknown",
     "Unsupported",
 ]
 
@@ -31,6 +32,8 @@ class ErrorCode(str, Enum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     CANCELLED = "CANCELLED"
     INTERNAL = "INTERNAL"
+    #: a model (Triton's TRITONSERVER_ERROR_UNKNOWN) could not say what went wrong
+    UNKNOWN = "UNKNOWN"
 
 
 class ServelabError(Exception):
@@ -84,3 +87,9 @@ class Cancelled(ServelabError):
 
 class InternalError(ServelabError):
     code = ErrorCode.INTERNAL
+
+
+class Unknown(ServelabError):
+    """An error whose kind its source did not say (a python model's ``TritonError.UNKNOWN``)."""
+
+    code = ErrorCode.UNKNOWN

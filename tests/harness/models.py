@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "DTYPES", "ECHO_PY", "GATED_PY", "IO", "NUMERIC_DTYPES", "SAGE_LAYERS_SOURCE", "XY", "dense_onnx", "densenet_like_onnx",
-    "eager", "echo_py", "gated_py", "linear_torchscript", "sage_layers_source", "save_onnx", "scale_onnx", "tensor",
-    "torch_mlp", "unary_onnx", "write_python_model",
+    "DTYPES", "ECHO_PY", "GATED_PY", "IO", "NUMERIC_DTYPES", "SAGE_LAYERS_SOURCE", "XY", "auto_complete_py", "dense_onnx",
+    "densenet_like_onnx", "eager", "echo_py", "gated_py", "linear_torchscript", "sage_layers_source", "save_onnx",
+    "scale_onnx", "tensor", "torch_mlp", "unary_onnx", "write_python_model",
 ]  # fmt: skip
 
 OPSET = 17
@@ -200,6 +200,33 @@ def echo_py(io: tuple[str, str] = IO) -> str:
 def gated_py(port: int) -> str:
     """model.py source of the gated INPUT -> OUTPUT echo: waits at the gate on 127.0.0.1:``port``."""
     return GATED_PY.format(port=port)
+
+
+#: Triton's API, no config.pbtxt needed: auto_complete_config declares FP32 [4] {i} -> {o} (= 2 x {i}),
+#: max_batch_size {mbs} with dynamic batching; what the file prints while imported goes to the log
+AUTO_COMPLETE_PY = """\
+import triton_python_backend_utils as pb_utils
+
+print("auto-complete model imported")
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({{"name": "{i}", "data_type": "TYPE_FP32", "dims": [4]}})
+        auto_complete_model_config.add_output({{"name": "{o}", "data_type": "TYPE_FP32", "dims": [4]}})
+        auto_complete_model_config.set_max_batch_size({mbs})
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("{o}", r.get("{i}") * 2)]) for r in requests]
+"""
+
+
+def auto_complete_py(io: tuple[str, str] = IO, max_batch_size: int = 4) -> str:
+    """model.py source of a python model whose ``auto_complete_config`` writes its whole config."""
+    return AUTO_COMPLETE_PY.format(i=io[0], o=io[1], mbs=max_batch_size)
 
 
 def write_python_model(model_dir: Path, source: str, version: int = 1) -> Path:

@@ -8,13 +8,18 @@ alone. Tensor runtimes implement only :meth:`Backend.infer` on one (batched) inp
 along the batch axis, call ``infer`` once, split the outputs back by row counts, and when that fails
 run each request alone so that a bad request fails only itself. :meth:`Backend.execute_timed` is what
 schedulers call: the same, with the time of each stage.
+
+Decoupled models (``model_transaction_policy { decoupled: true }``, python models) answer a request
+with zero, one or many responses (:class:`StreamItem`), the last one ``final``; a backend that can implements
+``execute_stream(requests, emit)`` (see :class:`StreamRequest`), and ``BackendContext.infer_stream``
+calls such a model through the server.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,16 +28,21 @@ import numpy as np
 
 from servelab.backends.parameters import ModelParameters
 from servelab.errors import InternalError, ServelabError
+from servelab.metrics.custom import MetricStore
 from servelab.protocol import model_config_pb2 as mc
 from servelab.trust import version_file
 
 __all__ = [
     "Backend",
     "BackendContext",
+    "Emit",
     "Executed",
     "InferFn",
     "Inputs",
     "Outputs",
+    "StreamFn",
+    "StreamItem",
+    "StreamRequest",
     "concat_rows",
     "run_batched",
     "split_rows",
@@ -42,6 +52,35 @@ Inputs = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 #: Calls another model through the server: (model name, version or "", inputs) -> outputs.
 InferFn = Callable[[str, str, Inputs], Outputs]
+
+
+@dataclass(slots=True)
+class StreamItem:
+    """One response of a decoupled model: its outputs (None: a response that only says "final"), or the
+    error that fails it; ``final`` says no response for this request follows."""
+
+    outputs: Outputs | None = None
+    error: ServelabError | None = None
+    final: bool = False
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class StreamRequest:
+    """One request for ``execute_stream``: inputs, the request's parameters, the outputs the client asked
+    for (empty: all), whether the client has gone (``cancelled()``) and the client's request id."""
+
+    inputs: Inputs
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
+    cancelled: Callable[[], bool] = lambda: False
+    request_id: str = ""
+
+
+#: Where a decoupled backend sends a response: (index of the request in the execution, the response).
+Emit = Callable[[int, StreamItem], None]
+#: Calls a decoupled (or any) model through the server: (model, version or "", inputs, parameters) -> responses.
+StreamFn = Callable[[str, str, Inputs, dict[str, Any]], Iterator[StreamItem]]
 
 
 @dataclass
@@ -59,6 +98,10 @@ class BackendContext:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Whether calling (model, version) through ``infer`` never blocks the caller (see never_blocks).
     calls_never_block: Callable[[str, str], bool] | None = None
+    #: Calls a model through the server and yields its responses (a decoupled model's many; BLS).
+    infer_stream: StreamFn | None = None
+    #: Where a model's custom metrics go (python models' pb_utils.MetricFamily); None: nowhere.
+    custom_metrics: MetricStore | None = None
 
     @property
     def model_path(self) -> Path:

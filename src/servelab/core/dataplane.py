@@ -3,27 +3,34 @@
 Front-ends only translate their wire format to and from :mod:`servelab.types`; everything a request
 goes through (lookup, validation, scheduling, output selection, classification, statistics) is here,
 once, so that REST, gRPC, the compatibility APIs and the in-process Engine behave the same.
+
+Decoupled models (``model_transaction_policy { decoupled: true }``) answer a request with any number
+of responses: :meth:`DataPlane.infer_stream` (gRPC ModelStreamInfer; BLS ``exec(decoupled=True)``
+through ``_internal_stream``); asked for one response, the python backend refuses them, as Triton's
+HTTP endpoint and ModelInfer RPC do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from servelab.backends.base import Inputs, Outputs
+from servelab.backends.base import Inputs, Outputs, StreamItem, StreamRequest
 from servelab.core.classification import classify
 from servelab.core.registry import LoadedVersion, ModelRegistry, ModelState
-from servelab.core.workers import WorkerInstance
-from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable
+from servelab.core.scheduling import request_rows
+from servelab.core.workers import AsyncSink, StreamSink, ThreadSink, WorkerInstance, start_stream
+from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import config_from_json
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
-__all__ = ["SERVER_NAME", "SERVER_VERSION", "DataPlane"]
+__all__ = ["SERVER_NAME", "SERVER_VERSION", "DataPlane", "Streamed"]
 
 SERVER_NAME = "servelab"
 SERVER_VERSION = "0.1.0"
@@ -37,6 +44,26 @@ BASE_EXTENSIONS = (
     "sequence",
     "sequence(string_id)",
 )
+
+
+@dataclass(slots=True)
+class Streamed:
+    """One response of :meth:`DataPlane.infer_stream`: the response or the error that fails it (its
+    request may still send more unless ``final``)."""
+
+    response: InferResponse | None
+    error: ServelabError | None = None
+    final: bool = True
+
+
+#: request parameter (Triton's): also send the final response of a decoupled model when it has no outputs
+EMPTY_FINAL = "triton_enable_empty_final_response"
+#: response parameter (Triton's): whether this is the request's last response
+FINAL = "triton_final_response"
+
+
+def _decoupled(lv: LoadedVersion) -> bool:
+    return lv.config.model_transaction_policy.decoupled
 
 
 class DataPlane:
@@ -55,6 +82,7 @@ class DataPlane:
         self._started = False
         self._startup_models: list[str] = []
         registry.infer_fn = self._internal_infer
+        registry.infer_stream_fn = self._internal_stream
 
     # ----- health and metadata -----
     def startup(self, names: list[str] | None = None) -> None:
@@ -163,6 +191,94 @@ class DataPlane:
             raise
         lv.stats.record_request(True, time.perf_counter_ns() - t0)
         return result
+
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[Streamed, None]:
+        """Every response to ``request``: a decoupled model's zero, one or many, one for any other model.
+
+        Each response carries ``triton_final_response``; a decoupled model's final response without
+        outputs is sent only when the request sets ``triton_enable_empty_final_response``. A response
+        that fails is an error item (the request's stream may go on); bad input raises at once.
+        """
+        lv = self.registry.get(request.model_name, request.model_version)
+        if not _decoupled(lv):
+            response = await self.infer_async(request)
+            response.parameters[FINAL] = True
+            yield Streamed(response)
+            return
+        t0 = time.perf_counter_ns()
+        inputs = lv.signature.check_tensors(request.inputs)
+        self._check_requested(lv, request.outputs)
+        if any(r.class_count for r in request.outputs):
+            raise Unsupported(f"model '{lv.name}' is decoupled: its outputs cannot be classified")
+        wanted = [r.name for r in request.outputs]
+        sink = AsyncSink(asyncio.get_running_loop())
+        failed = False
+        with lv.scheduler.track():
+            start_stream(lv.instances, StreamRequest(inputs, dict(request.parameters), wanted, request_id=request.id), sink)
+            try:
+                while True:
+                    item = await self._next_item(lv, sink)
+                    failed = failed or item.error is not None
+                    if item.error is not None:
+                        yield Streamed(None, item.error, item.final)
+                    elif item.outputs is not None or request.parameters.get(EMPTY_FINAL) is True:
+                        yield Streamed(self._streamed(lv, request, item), final=item.final)
+                    if item.final:
+                        break
+            finally:
+                sink.cancel()  # a no-op once the final response came
+                self._record_stream(lv, inputs, sink, not failed and sink.finished, t0)
+
+    async def _next_item(self, lv: LoadedVersion, sink: AsyncSink) -> StreamItem:
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                return await sink.get()
+        except TimeoutError:
+            return StreamItem(error=Unavailable(
+                f"model '{lv.name}' sent no response within {self.request_timeout_s:g} s"), final=True)
+
+    def _streamed(self, lv: LoadedVersion, request: InferRequest, item: StreamItem) -> InferResponse:
+        """A decoupled model's response: the requested outputs it holds (all it holds when none were asked)."""
+        outputs = item.outputs or {}
+        asked = {r.name: r for r in request.outputs}
+        names = [n for n in asked if n in outputs] if asked else list(outputs)
+        tensors = [Tensor(n, DataType.from_numpy(outputs[n].dtype), tuple(outputs[n].shape), outputs[n],
+                          dict(asked[n].parameters) if n in asked else {}) for n in names]  # fmt: skip
+        return InferResponse(lv.name, str(lv.version), tensors, request.id, {**item.parameters, FINAL: item.final})
+
+    def _record_stream(self, lv: LoadedVersion, inputs: Inputs, sink: StreamSink, ok: bool, t0: int) -> None:
+        executed = sink.executed
+        if executed is not None:
+            rows = request_rows(inputs, lv.config.max_batch_size > 0)
+            lv.stats.record_execution(rows, 1, executed.input_ns, executed.infer_ns, executed.output_ns)
+            if ok:
+                lv.stats.record_queue(executed.queue_ns)
+        lv.stats.record_request(ok, time.perf_counter_ns() - t0)
+
+    def _internal_stream(self, name: str, version: str, inputs: Inputs, parameters: dict[str, Any]) -> Iterator[StreamItem]:
+        """How python models call a model and read every response (BLS ``exec(decoupled=True)``)."""
+        lv = self.registry.get(name, version)
+        if not _decoupled(lv):
+            yield StreamItem(self.infer_arrays(name, inputs, version), final=True)
+            return
+        t0 = time.perf_counter_ns()
+        checked = lv.signature.check_arrays(inputs)
+        sink = ThreadSink()
+        failed = False
+        with lv.scheduler.track():
+            start_stream(lv.instances, StreamRequest(checked, dict(parameters), []), sink)
+            try:
+                while True:
+                    item = sink.get(self.request_timeout_s) or StreamItem(
+                        error=Unavailable(f"model '{name}' sent no response within {self.request_timeout_s:g} s"),
+                        final=True)  # fmt: skip
+                    failed = failed or item.error is not None
+                    yield item
+                    if item.final:
+                        return
+            finally:
+                sink.cancel()
+                self._record_stream(lv, checked, sink, not failed and sink.finished, t0)
 
     def record_wire(self, response: InferResponse, decode_ns: int, encode_ns: int) -> None:
         """Front-ends report their decode and encode time per answered request (statistics ``wire_stats``)."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from servelab.backends.base import Backend, BackendContext, InferFn
+from servelab.backends.base import Backend, BackendContext, InferFn, StreamFn
 from servelab.config.settings import ControlMode, default_threads
 from servelab.core.batching import make_scheduler
 from servelab.core.scheduling import DirectScheduler, Scheduler
@@ -27,6 +27,7 @@ from servelab.core.stats import ModelStats
 from servelab.core.validation import Signature
 from servelab.core.workers import WorkerInstance, WorkerPool, runs_in_worker
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
+from servelab.metrics.custom import MetricStore
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import ModelRepository, ModelSource
 from servelab.repository.config import read_config
@@ -115,6 +116,10 @@ class ModelRegistry:
         self.workers = workers if workers is not None else WorkerPool()
         #: set by the data plane so that ensembles can call other models
         self.infer_fn: InferFn | None = None
+        #: set by the data plane: how python models call (decoupled) models and read every response
+        self.infer_stream_fn: StreamFn | None = None
+        #: set by the server: where python models' custom metrics go (its /metrics)
+        self.custom_metrics: MetricStore | None = None
         self._records: dict[str, ModelRecord] = {}
         self._lock = threading.RLock()
         self._poller: threading.Thread | None = None
@@ -409,7 +414,8 @@ class ModelRegistry:
         contexts = [
             BackendContext(
                 source.name, version, version_dir, config, threads, self.infer_fn,  # type: ignore[arg-type]
-                calls_never_block=self._never_blocks,
+                calls_never_block=self._never_blocks, infer_stream=self.infer_stream_fn,
+                custom_metrics=self.custom_metrics,
             )
             for _ in range(count)
         ]

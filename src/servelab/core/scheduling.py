@@ -20,11 +20,13 @@ timing). Time a request waits for its instance (a busy worker, a busy thread poo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -170,6 +172,16 @@ class Scheduler(ABC):
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.notify_all()
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        """Count a request that runs past :meth:`run` (a decoupled model's stream) as in flight, so that
+        unloading waits for it too."""
+        self._enter()
+        try:
+            yield
+        finally:
+            self._leave()
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until no request is in flight; False if the timeout passed first."""

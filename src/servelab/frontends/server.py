@@ -107,6 +107,7 @@ class Server:
         self.shared_memory = SharedMemory()
         #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
         self.metrics = ServerMetrics(self.metrics_registry, self.registry)
+        self.registry.custom_metrics = self.metrics.custom  # python models' pb_utils.MetricFamily
         self.torchserve_defaults: dict[str, str] = {}
         self.ports: dict[str, int] = {}
         self._uvicorns: list[_Uvicorn] = []

@@ -1,12 +1,14 @@
 """Prometheus metrics: collectors registered on a registry passed in, never the global one."""
 
 from servelab.metrics.collector import ModelCollector, ServerMetrics, render
+from servelab.metrics.custom import CustomMetrics
 from servelab.metrics.gpu import NvmlCollector
 from servelab.metrics.histograms import BATCH_BUCKETS, LATENCY_BUCKETS_S, Histogram, ModelHistograms
 
 __all__ = [
     "BATCH_BUCKETS",
     "LATENCY_BUCKETS_S",
+    "CustomMetrics",
     "Histogram",
     "ModelCollector",
     "ModelHistograms",

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCol
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from servelab.metrics.custom import CustomMetrics
 from servelab.metrics.gpu import NvmlCollector
 from servelab.metrics.histograms import Histogram, ModelHistograms
 
@@ -161,6 +162,9 @@ class ServerMetrics:
         self.registry = registry
         self.models = ModelCollector(model_registry)
         registry.register(self.models)
+        #: python models' own families (pb_utils.MetricFamily); the server hands it to the model registry
+        self.custom = CustomMetrics()
+        registry.register(self.custom)
         self.process: ProcessCollector | None = ProcessCollector(registry=registry) if process else None
         self.gpu: NvmlCollector | None = None
         if gpu:
@@ -174,5 +178,28 @@ class ServerMetrics:
 
 
 def render(registry: CollectorRegistry) -> tuple[bytes, str]:
-    """The Prometheus text exposition of ``registry`` and its content type."""
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    """The Prometheus text exposition of ``registry`` and its content type.
+
+    prometheus-client names a counter ``<name>_total`` in its HELP and TYPE lines whatever its samples
+    are called; a counter whose samples keep the bare name (python models' custom counters, named as in
+    Triton) gets HELP and TYPE lines of that name, so that the three agree.
+    """
+    text = generate_latest(registry)
+    if b" counter\n" in text:
+        text = _bare_counters(text)
+    return text, CONTENT_TYPE_LATEST
+
+
+def _bare_counters(text: bytes) -> bytes:
+    lines = text.split(b"\n")
+    for i, line in enumerate(lines):
+        if not (line.startswith(b"# TYPE ") and line.endswith(b"_total counter")):
+            continue
+        total = line[len(b"# TYPE "):-len(b" counter")]
+        bare = total[: -len(b"_total")]
+        sample = lines[i + 1] if i + 1 < len(lines) else b""
+        if sample.startswith(bare) and not sample.startswith(total) and sample[len(bare):len(bare) + 1] in (b"{", b" "):
+            lines[i] = b"# TYPE " + bare + b" counter"
+            if i > 0 and lines[i - 1].startswith(b"# HELP " + total + b" "):
+                lines[i - 1] = b"# HELP " + bare + lines[i - 1][len(b"# HELP ") + len(total):]
+    return b"\n".join(lines)

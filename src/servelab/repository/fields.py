@@ -129,7 +129,7 @@ FIELDS: dict[str, Rule] = {
     "model_warmup": _ok("run on every instance before the version is ready"),
     "model_operations": _refused("custom operation libraries (op_library_filename) are not implemented"),
     "model_transaction_policy": _ok("see its fields"),
-    "model_transaction_policy.decoupled": _refused("decoupled models are not implemented in this build"),
+    "model_transaction_policy.decoupled": _ok("zero, one or many responses per request through pb_utils' response sender, over gRPC ModelStreamInfer", "python"),
     "model_repository_agents": _refused("repository agents (e.g. checksum, encryption) are not implemented"),
     "response_cache": _ok("the response cache (not with sequence_batching: answers depend on the sequence)"),
     "model_metrics": _refused("per-family histogram buckets (model_metrics) are not implemented"),

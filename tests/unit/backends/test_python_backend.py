@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from harness.backends import context
-from harness.models import write_python_model
+from harness.models import auto_complete_py, write_python_model
 from servelab.backends.python import PythonBackend
-from servelab.errors import InternalError, InvalidArgument
+from servelab.errors import InternalError, InvalidArgument, ServelabError
 from servelab.protocol import model_config_pb2 as mc
 
 ECHO = """
@@ -171,3 +171,177 @@ def test_triton_pb_utils_style_model(tmp_path: Path) -> None:
 def test_broken_model_files_fail_load_clearly(tmp_path: Path, source: str, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
         _backend(tmp_path, source)
+
+
+# ----- Triton's API: args, async execute, senders, decoupled models, auto-complete -----
+def _config_of(text: str) -> mc.ModelConfig:
+    from google.protobuf import text_format
+
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+ARGS_MODEL = """
+import json
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.args = args
+        self.config = json.loads(args["model_config"])
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+                for r in requests]
+"""
+
+
+def test_model_config_reaches_initialize_as_tritons_json(tmp_path: Path) -> None:
+    config = _config_of('name: "echo" backend: "python" input [{ name: "IN" data_type: TYPE_INT32 dims: [1] }] '
+                        'output [{ name: "OUT" data_type: TYPE_INT32 dims: [1] }] '
+                        'parameters { key: "k" value { string_value: "v" } }')  # fmt: skip
+    backend = _backend(tmp_path, ARGS_MODEL, config)
+    seen = backend.model.config
+    assert seen["input"][0]["dims"] == [1] and seen["max_batch_size"] == 0 and seen["output"][0]["name"] == "OUT"
+    assert seen["parameters"] == {"k": {"string_value": "v"}} and seen["instance_group"] == []
+    assert set(backend.model.args) == {"model_config", "model_name", "model_version", "model_repository",
+                                       "model_instance_kind", "model_instance_name", "model_instance_device_id"}
+
+
+ASYNC_MODEL = """
+import asyncio
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        await asyncio.sleep(0)
+        responses = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            if x.size and x.reshape(-1)[0] < 0:
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("negative", pb_utils.TritonError.INVALID_ARG)))
+                continue
+            out = pb_utils.Tensor("OUT", x)
+            rows = pb_utils.Tensor("ROWS", np.full((len(x), 1), len(x), np.int64))
+            responses.append(pb_utils.InferenceResponse([out, rows]))
+        return responses
+"""
+
+
+def test_async_execute_runs_on_the_instances_loop(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, "import numpy as np\n" + ASYNC_MODEL)
+    ok, bad = backend.execute([{"IN": np.ones((2, 1), np.float32)}, {"IN": -np.ones((1, 1), np.float32)}])
+    assert isinstance(ok, dict) and ok["ROWS"].tolist() == [[2], [2]]
+    assert isinstance(bad, InvalidArgument) and bad.message == "negative"
+    backend.unload()
+
+
+SENDER_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            out = pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())
+            rows = pb_utils.Tensor("ROWS", np.ones((1, 1), np.int64))
+            r.get_response_sender().send(pb_utils.InferenceResponse([out, rows]),
+                                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def test_a_default_model_may_answer_through_its_senders(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, "import numpy as np\n" + SENDER_MODEL)
+    (result,) = backend.execute([{"IN": np.array([[5]], np.int32)}])
+    assert isinstance(result, dict) and result["OUT"].tolist() == [[5]]
+
+
+DECOUPLED_CONFIG = ('name: "echo" backend: "python" model_transaction_policy { decoupled: true } '
+                    'input [{ name: "IN" data_type: TYPE_INT32 dims: [1] }] '
+                    'output [{ name: "OUT" data_type: TYPE_INT32 dims: [1] }]')  # fmt: skip
+DECOUPLED_MODEL = """
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.release = threading.Event()
+        self.threads = []
+
+    def execute(self, requests):
+        for r in requests:
+            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
+            if n < 0:
+                raise pb_utils.TritonModelException("n must be >= 0")
+            sender = r.get_response_sender()
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([0], np.int32))]))
+            t = threading.Thread(target=self.rest, args=(sender, n))
+            t.start()
+            self.threads.append(t)
+        return None
+
+    def rest(self, sender, n):
+        self.release.wait(30)
+        for i in range(1, n):
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def finalize(self):
+        self.release.set()
+        for t in self.threads:
+            t.join()
+"""
+
+
+def test_a_decoupled_model_keeps_sending_after_execute_returns(tmp_path: Path) -> None:
+    from servelab.backends.base import StreamItem, StreamRequest
+
+    backend = _backend(tmp_path, DECOUPLED_MODEL, _config_of(DECOUPLED_CONFIG))
+    got: list[tuple[int, StreamItem]] = []
+    executed = backend.execute_stream([StreamRequest({"IN": np.array([3], np.int32)})], lambda i, item: got.append((i, item)))
+    assert executed.results == [] and [item.outputs["OUT"].tolist() for _, item in got if item.outputs] == [[0]]
+    backend.model.release.set()
+    backend.unload()  # finalize joins the sending thread
+    assert [(i, item.outputs["OUT"].tolist() if item.outputs else None, item.final) for i, item in got] == [
+        (0, [0], False), (0, [1], False), (0, [2], False), (0, None, True)]  # fmt: skip
+
+
+def test_a_decoupled_models_failure_is_the_final_response_of_its_open_requests(tmp_path: Path) -> None:
+    from servelab.backends.base import StreamItem, StreamRequest
+
+    backend = _backend(tmp_path, DECOUPLED_MODEL, _config_of(DECOUPLED_CONFIG))
+    got: list[StreamItem] = []
+    backend.execute_stream([StreamRequest({"IN": np.array([-1], np.int32)})], lambda i, item: got.append(item))
+    assert len(got) == 1 and got[0].final and isinstance(got[0].error, InternalError)
+    assert "TritonModelException: n must be >= 0" in got[0].error.message
+    (refused,) = backend.execute([{"IN": np.array([2], np.int32)}])
+    assert isinstance(refused, ServelabError) and "decoupled transaction policy" in refused.message
+    backend.unload()
+
+
+def test_auto_complete_config_fills_a_missing_config(tmp_path: Path) -> None:
+    version_dir = write_python_model(tmp_path / "auto", auto_complete_py(("IN", "OUT"), 8)).parent
+    config = mc.ModelConfig(name="auto", backend="python", default_model_filename="model.py")
+    PythonBackend.autocomplete(config, version_dir)
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [("IN", mc.TYPE_FP32, [4])]
+    assert [t.name for t in config.output] == ["OUT"] and config.max_batch_size == 8
+    assert config.HasField("dynamic_batching") and not config.HasField("model_transaction_policy")
+    assert config.name == "auto" and config.backend == "python"
+
+
+def test_auto_complete_config_errors_fail_the_load_with_the_models_message(tmp_path: Path) -> None:
+    source = auto_complete_py(("IN", "OUT")).replace(
+        "auto_complete_model_config.set_max_batch_size(4)",
+        'auto_complete_model_config.add_input({"name": "IN", "data_type": "TYPE_INT8", "dims": [4]})')
+    version_dir = write_python_model(tmp_path / "auto", source).parent
+    config = mc.ModelConfig(name="auto", backend="python", default_model_filename="model.py")
+    with pytest.raises(InvalidArgument, match="auto_complete_config failed: ValueError: .*expects datatype TYPE_FP32"):
+        PythonBackend.autocomplete(config, version_dir)
+
+
+def test_models_without_auto_complete_are_not_imported_to_complete_them(tmp_path: Path) -> None:
+    version_dir = write_python_model(tmp_path / "plain", "raise SystemExit('imported!')\n").parent
+    config = mc.ModelConfig(name="plain", backend="python", default_model_filename="model.py")
+    PythonBackend.autocomplete(config, version_dir)
+    assert not config.input

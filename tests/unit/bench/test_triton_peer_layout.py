@@ -1,5 +1,5 @@
 """The Triton peer's layout and command line, the generated onnxruntime python model (run here through
-servelab's python_api), and the ``triton`` / ``servelab-python`` compare targets; nothing is started."""
+servelab's triton_python_backend_utils), and the ``triton`` / ``servelab-python`` compare targets; nothing is started."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import json_format, text_format
 from onnx import TensorProto, helper, numpy_helper
 
-from servelab.backends.python_api import InferenceRequest, InferenceResponse
+from servelab.backends.pb_utils import InferenceRequest, InferenceResponse, Tensor
 from servelab.bench.compare import CompareSpec
 from servelab.bench.peers.base import ModelArtefacts, TensorInfo
 from servelab.bench.peers.family import find_family
@@ -73,11 +73,12 @@ def test_the_generated_model_batches_requests_and_fails_only_the_bad_one(tmp_pat
     write_onnx_runner(tmp_path / "lin", arts)
     model = _load_runner(tmp_path / "lin")
     a, b = np.ones((2, 4), np.float32), np.arange(12, dtype=np.float32).reshape(3, 4)
-    replies = model.execute([InferenceRequest({"X": a}), InferenceRequest({"Z": a}), InferenceRequest({"X": b})])  # type: ignore[attr-defined]
+    requests = [InferenceRequest(inputs=[Tensor(n, x)]) for n, x in (("X", a), ("Z", a), ("X", b))]
+    replies = model.execute(requests)  # type: ignore[attr-defined]
     assert [type(r) for r in replies] == [InferenceResponse] * 3
     np.testing.assert_allclose(replies[0].as_dict()["Y"], a @ W)
     np.testing.assert_allclose(replies[2].as_dict()["Y"], b @ W)
-    assert replies[1].has_error() and "'X' is missing" in str(replies[1].error)
+    assert replies[1].has_error() and "'X' is missing" in replies[1].error().message()
 
 
 def test_prepare_copies_a_python_model_or_wraps_an_onnx_one(tmp_path: Path) -> None:
@@ -157,10 +158,10 @@ def test_the_example_models_run_on_servelab_python_api() -> None:
         model.initialize({"model_config": cfg})
         if name == "add_sub":
             x, y = np.float32([1, 2, 3, 4]), np.float32([4, 3, 2, 1])
-            out = model.execute([InferenceRequest({"INPUT0": x, "INPUT1": y})])[0].as_dict()
+            out = model.execute([InferenceRequest(inputs=[Tensor("INPUT0", x), Tensor("INPUT1", y)])])[0].as_dict()
             assert out["OUTPUT0"].tolist() == [5, 5, 5, 5] and out["OUTPUT1"].tolist() == [-3, -1, 1, 3]
         else:
             image = np.full((64, 64, 3), 255, np.uint8)
-            out = model.execute([InferenceRequest({"IMAGE": image})])[0].as_dict()
+            out = model.execute([InferenceRequest(inputs=[Tensor("IMAGE", image)])])[0].as_dict()
             assert out["PIXELS"].shape == (3, 64, 64) and out["PIXELS"].dtype == np.float32
             np.testing.assert_allclose(out["PIXELS"][:, 0, 0], (1 - np.array([0.485, 0.456, 0.406])) / [0.229, 0.224, 0.225], rtol=1e-5)

@@ -72,12 +72,14 @@ def start_worker(
     cfg: mc.ModelConfig | None = None,
     timeout_s: float = 60.0,
     infer: object = None,
+    version_dir: Path = Path("."),
+    context: dict[str, object] | None = None,
     **settings: float,
 ) -> WorkerInstance:
-    """One loaded worker instance of ``cls`` (close it when done)."""
+    """One loaded worker instance of ``cls`` (close it when done); ``context``: more BackendContext fields."""
     cfg = cfg or config()
     pool = WorkerPool(WorkerSettings(**settings), timeout_s)  # type: ignore[arg-type]
-    ctx = BackendContext(cfg.name, 1, Path("."), cfg, 1, infer)  # type: ignore[arg-type]
+    ctx = BackendContext(cfg.name, 1, version_dir, cfg, 1, infer, **(context or {}))  # type: ignore[arg-type]
     worker = pool.instance(ctx, cls)
     worker.load()
     return worker

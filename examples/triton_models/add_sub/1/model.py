@@ -1,17 +1,14 @@
 """OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 - INPUT1 (the behaviour of Triton's add_sub example).
 
-Written for servelab; runs unchanged on Triton's python backend and on servelab's: the Triton-style calls
-come from ``triton_python_backend_utils`` where Triton provides it, else from servelab's python_api.
+Written for servelab; runs unchanged on Triton's python backend and on servelab's: both provide
+``triton_python_backend_utils``.
 """
 
 import json
 
 import numpy as np
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # servelab's python backend
-    import servelab.backends.python_api as pb_utils
+import triton_python_backend_utils as pb_utils
 
 _NUMPY = {"TYPE_FP32": np.float32, "TYPE_FP64": np.float64, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64}
 

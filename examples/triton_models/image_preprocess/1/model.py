@@ -1,14 +1,11 @@
 """A numpy pre-processing step: scale UINT8 pixels to [0, 1], normalise per channel, HWC -> CHW.
 
-Runs unchanged on Triton's python backend and on servelab's (the import below picks the one present).
+Runs unchanged on Triton's python backend and on servelab's: both provide ``triton_python_backend_utils``.
 """
 
 import numpy as np
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # servelab's python backend
-    import servelab.backends.python_api as pb_utils
+import triton_python_backend_utils as pb_utils
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)

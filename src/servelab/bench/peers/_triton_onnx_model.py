@@ -3,8 +3,8 @@
 Triton's python backend has no ONNX Runtime inside it here (the nvidia-pytriton wheel ships only the
 python backend), so ``servelab compare --targets triton`` serves an ONNX model through this file, and the
 table says so. It is also the onnxruntime-inside model of ``examples/triton_models`` and
-``benchmarks/vs_triton.py``: the same file loads on Triton (``triton_python_backend_utils``) and on
-servelab (``servelab.backends.python_api``, which spells the same calls).
+``benchmarks/vs_triton.py``: the same file loads on Triton and on servelab, each of which provides
+``triton_python_backend_utils``.
 
 Config ``parameters`` it reads: ``onnx_file`` (default ``model.onnx`` in the version folder) and
 ``intra_op_threads`` (default 1: one request runs on one core, on both servers alike). When Triton or
@@ -17,10 +17,7 @@ import os
 import numpy as np
 import onnxruntime as ort
 
-try:
-    import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
-except ImportError:  # servelab's python backend
-    import servelab.backends.python_api as pb_utils
+import triton_python_backend_utils as pb_utils
 
 
 def _parameter(config, key, default):

@@ -3,9 +3,12 @@
 One ``AF_UNIX``/``SOCK_SEQPACKET`` socket pair per worker carries one message per packet: a
 marshalled tuple ``(kind, id, ack, body)``. ``id`` ties messages of one exchange together (a
 request, a call), so several exchanges can be in flight at once in either direction: the server's
-requests to the worker, the worker's calls back into the server (Triton's BLS), and later several
-responses per request (decoupled models, a final flag in the body). ``ack`` is how many of the
-peer's messages the sender has finished reading, so the peer can reuse their shared memory.
+requests to the worker, the worker's calls back into the server (Triton's BLS, also to decoupled
+models: many answers per call), several responses per request (decoupled models: RESPONSE messages,
+the last one flagged final) and custom-metric updates. ``ack`` is how many of the peer's messages the
+sender has finished reading, so the peer can reuse their shared memory: the worker frees every block
+that way, the server frees a request's blocks when its result arrives and the blocks of its answers
+to the worker's calls by the worker's ack (:data:`ACKED`).
 
 Tensors never travel in the header: the header holds descriptors ``(name, datatype, shape,
 segment, offset, nbytes)`` into the sender's :mod:`arena <servelab.core.workers._arena>`; fixed-size
@@ -35,15 +38,25 @@ from servelab.protocol.codecs import array_from_raw, array_to_raw
 from servelab.types import DataType
 
 __all__ = [
+    "ACKED",
     "ARENA",
     "CALL",
+    "CALL_CANCEL",
+    "CALL_ITEM",
     "CALL_RESULT",
+    "CALL_STREAM",
+    "CANCEL",
     "EXECUTE",
     "FAILED",
     "LOAD",
+    "METRIC",
+    "QUERY",
+    "QUERY_RESULT",
     "READY",
+    "RESPONSE",
     "RESULT",
     "STOP",
+    "STREAM",
     "Channel",
     "Descriptor",
     "Put",
@@ -57,10 +70,22 @@ READY = 2  #: worker -> server: loaded (body: pid)
 FAILED = 3  #: worker -> server: load failed (body: (code, message))
 EXECUTE = 4  #: server -> worker: run requests (id: request id; body: [descriptors per request])
 RESULT = 5  #: worker -> server: per request (0, descriptors) | (1, code, message); timings
-CALL = 6  #: worker -> server: infer another model (id: call id; body: (owner id, model, version, descriptors))
+CALL = 6  #: worker -> server: infer another model (id: call id; body: (model, version, descriptors))
 CALL_RESULT = 7  #: server -> worker: (0, descriptors) | (1, code, message)
 STOP = 8  #: server -> worker: unload and exit
 ARENA = 9  #: either way: a new shared-memory segment (id: segment; body: size; its fd in SCM_RIGHTS)
+STREAM = 10  #: server -> worker: run decoupled requests (id: request id; body: [(descriptors, parameters, outputs, client's id)])
+RESPONSE = 11  #: worker -> server: one response (id: request id; body: (index, entry | None, final, parameters))
+CANCEL = 12  #: server -> worker: the client of a decoupled request has gone (id: request id)
+CALL_STREAM = 13  #: worker -> server: call a model, every response wanted (id: call id; body: (model, version, descriptors, parameters))
+CALL_ITEM = 14  #: server -> worker: one response to a CALL_STREAM (body: (entry | None, final, parameters))
+CALL_CANCEL = 15  #: worker -> server: no more responses wanted for a CALL_STREAM (id: call id)
+METRIC = 16  #: worker -> server: a custom-metric update, not answered (body: (op, family, labels, value, buckets))
+QUERY = 17  #: worker -> server: a question about custom metrics (id: call id; body: (what, *arguments))
+QUERY_RESULT = 18  #: server -> worker: (0, value) | (1, code, message)
+
+#: ``owner`` of blocks freed once the peer has read the message (the server's answers to calls)
+ACKED = -1
 
 #: Largest header; a message needing more fails with an error that says so.
 HEADER_MAX = 64 * 1024
@@ -126,6 +151,7 @@ class Channel:
         self._handled = 0  # ... of which fully read (everything before the latest recv call)
         self._peer_ack = 0
         self._to_release: deque[int] = deque()
+        self._acked: deque[int] = deque()  # sequence numbers of messages whose blocks go with the peer's ack
         self._closed = False
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
@@ -135,12 +161,16 @@ class Channel:
              owner: int = 0) -> None:
         """Send one message; ``build(put)`` makes a body holding tensors (written under the lock).
 
-        Blocks written by ``put`` belong to ``owner`` (default: this message's sequence number).
+        Blocks written by ``put`` belong to ``owner`` (default: this message's sequence number; ACKED:
+        freed once the peer has read this message, on a side that frees by owner).
         """
         with self._lock:
             seq = self._sent + 1
             self._release_due()
             if build is not None:
+                if owner == ACKED:
+                    owner = -seq
+                    self._acked.append(seq)
                 body = build(partial(self._put, owner=owner or seq))
             header = marshal.dumps((kind, msg_id, self._handled, body))
             if len(header) > HEADER_MAX:
@@ -161,6 +191,11 @@ class Channel:
             self.writer.release(owners)
         if self.release_acked:
             self.writer.release_upto(self._peer_ack)
+        done = []
+        while self._acked and self._acked[0] <= self._peer_ack:
+            done.append(-self._acked.popleft())
+        if done:
+            self.writer.release(done)
 
     def _announce(self) -> None:
         for seg_id, fd, size in self.writer.announce:

@@ -4,14 +4,15 @@ It is a program of its own, never a re-run of the server's ``__main__``: it read
 from the channel (backend import path, the BackendContext fields, the server's ``sys.path``),
 builds and loads the backend once, then answers EXECUTE messages until STOP or until the server
 goes away. Inputs are numpy views into the server's shared memory, valid while the request runs.
-``ctx.infer`` calls other models through the server (a CALL message; the answer comes back while
-the request is still running), which is what Triton's BLS calls will use.
+``ctx.infer`` / ``ctx.infer_stream`` call other models through the server and ``ctx.custom_metrics``
+keeps a model's metrics there (:mod:`._calls`). A decoupled request (STREAM) runs the backend's
+``execute_stream``: each response leaves as a RESPONSE message when the model sends it, also after
+``execute`` has returned and the worker has moved on to the next request.
 """
 
 from __future__ import annotations
 
 import importlib
-import itertools
 import logging
 import os
 import signal
@@ -19,30 +20,38 @@ import socket
 import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from servelab.backends.base import Backend, BackendContext, Executed, Inputs, Outputs
+from servelab.backends.base import (
+    Backend,
+    BackendContext,
+    Executed,
+    Inputs,
+    Outputs,
+    StreamItem,
+    StreamRequest,
+)
 from servelab.core.workers._arena import ArenaWriter
+from servelab.core.workers._calls import ServerCalls
 from servelab.core.workers._channel import (
-    CALL,
-    CALL_RESULT,
     EXECUTE,
     FAILED,
     LOAD,
     READY,
+    RESPONSE,
     RESULT,
     STOP,
+    STREAM,
     Channel,
     Put,
     error_entry,
-    error_from,
 )
-from servelab.errors import InternalError, ServelabError
+from servelab.core.workers._pump import Pump
+from servelab.core.workers._serving import item_body
+from servelab.errors import InternalError, ServelabError, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 
 __all__ = ["main"]
@@ -52,87 +61,12 @@ log = logging.getLogger("servelab.worker")
 _PARENT_POLL_S = 1.0
 
 
-class _Pump:
-    """Lets any thread of the worker wait for a message: one reads the socket, the others wait.
-
-    The main thread waits for the next request; a thread inside the model waits for the answer to
-    its call. Whoever reads files what it got (requests in the inbox, answers by call id).
-    """
-
-    def __init__(self, channel: Channel) -> None:
-        self.channel = channel
-        self._cond = threading.Condition(threading.Lock())
-        self._reading = False
-        self._gone = False
-        self._inbox: deque[tuple[int, int, Any]] = deque()
-        self._answers: dict[int, Any] = {}
-
-    def next_request(self) -> tuple[int, int, Any]:
-        return self._wait(lambda: self._inbox.popleft() if self._inbox else None)
-
-    def answer(self, call_id: int) -> Any:
-        return self._wait(lambda: self._answers.pop(call_id, None))
-
-    def _wait(self, take: Callable[[], Any]) -> Any:
-        with self._cond:
-            while True:
-                got = take()
-                if got is not None:
-                    return got
-                if self._gone:
-                    raise EOFError("the server closed the channel")
-                if self._reading:
-                    self._cond.wait()
-                    continue
-                self._reading = True
-                self._cond.release()
-                try:
-                    message = self._read()
-                finally:
-                    self._cond.acquire()
-                    self._reading = False
-                    self._cond.notify_all()
-                self._file(message)
-
-    def _read(self) -> tuple[int, int, Any] | None:
-        """One message with its tensors materialised (views for requests, copies for answers)."""
-        try:
-            kind, msg_id, body = self.channel.recv()
-        except (EOFError, OSError):
-            return None
-        if kind == EXECUTE:
-            body = [self.channel.arrays(descriptors, copy=False) for descriptors in body]
-        elif kind == CALL_RESULT and body[0] == 0:
-            body = (0, self.channel.arrays(body[1], copy=True))
-        return kind, msg_id, body
-
-    def _file(self, message: tuple[int, int, Any] | None) -> None:
-        if message is None:
-            self._gone = True
-        elif message[0] == CALL_RESULT:
-            self._answers[message[1]] = message[2]
-        else:
-            self._inbox.append(message)
-
-
 class _Worker:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.pump = _Pump(channel)
+        self.pump = Pump(channel)
+        self.calls = ServerCalls(channel, self.pump)
         self.backend: Backend | None = None
-        self._calls = itertools.count(1)
-        self._current = 0  # request being executed: owner of the blocks a call's answer uses
-
-    # ----- calls into the server -----
-    def call_server(self, model: str, version: str, inputs: Inputs) -> Outputs:
-        """``ctx.infer`` in a worker: run another model through the server while this request runs."""
-        call_id = next(self._calls)
-        owner = self._current
-        self.channel.send(CALL, call_id, build=lambda put: (owner, model, version, put(inputs)))
-        answer = self.pump.answer(call_id)
-        if answer[0] == 0:
-            return answer[1]  # type: ignore[no-any-return]
-        raise error_from(answer[1], answer[2])
 
     # ----- life -----
     def load(self, spec: dict[str, Any]) -> None:
@@ -143,7 +77,8 @@ class _Worker:
             cls = getattr(cls, part)
         config = mc.ModelConfig.FromString(spec["config"])
         ctx = BackendContext(
-            spec["model"], spec["version"], Path(spec["version_dir"]), config, spec["threads"], self.call_server
+            spec["model"], spec["version"], Path(spec["version_dir"]), config, spec["threads"], self.calls.infer,
+            infer_stream=self.calls.stream, custom_metrics=self.calls.metrics,
         )
         backend: Backend = cls(ctx)  # type: ignore[operator]
         backend.load()
@@ -159,17 +94,44 @@ class _Worker:
                 return
             if kind == EXECUTE:
                 self._execute(msg_id, body)
+            elif kind == STREAM:
+                self._stream(msg_id, body)
 
     def _execute(self, request_id: int, requests: list[Inputs]) -> None:
         assert self.backend is not None
-        self._current = request_id
         try:
             executed = self.backend.execute_timed(requests)
         except BaseException as exc:  # execute_timed guards; this is the last line of defence
             executed = Executed([InternalError(f"worker failed: {exc!r}")] * len(requests))
-        finally:
-            self._current = 0
+        self._send_result(request_id, executed, len(requests))
 
+    def _stream(self, request_id: int, body: list[tuple[Inputs, dict[str, Any], list[str], str]]) -> None:
+        """A decoupled request: responses leave as the model sends them; RESULT when execute returns."""
+        cancelled = self.pump.cancelled
+        requests = [StreamRequest(i, p, o, lambda: request_id in cancelled, rid) for i, p, o, rid in body]
+
+        def emit(index: int, item: StreamItem) -> None:
+            try:
+                self.channel.send(RESPONSE, request_id, build=lambda put: (index, *item_body(put, item)))
+            except ServelabError as exc:  # e.g. too many outputs for one header: that response fails
+                self.channel.send(RESPONSE, request_id, (index, error_entry(exc), item.final, {}))
+            except OSError:
+                return  # the server has gone
+            if item.final:
+                cancelled.discard(request_id)
+
+        run = getattr(self.backend, "execute_stream", None)
+        try:
+            if run is None:
+                raise Unsupported(f"backend {type(self.backend).__name__} cannot answer decoupled requests")
+            executed: Executed = run(requests, emit)
+        except BaseException as exc:  # the backend guards its model; this is the last line of defence
+            for index in range(len(requests)):
+                emit(index, StreamItem(error=InternalError(f"worker failed: {exc!r}"), final=True))
+            executed = Executed([])
+        self._send_result(request_id, executed, 0)
+
+    def _send_result(self, request_id: int, executed: Executed, count: int) -> None:
         def body(put: Put) -> tuple[list[Any], int, int, int]:
             t0 = time.perf_counter_ns()
             entries = [_entry(put, r) for r in executed.results]
@@ -178,7 +140,7 @@ class _Worker:
         try:
             self.channel.send(RESULT, request_id, build=body)
         except ServelabError as exc:  # e.g. too many outputs for one header: fail them, keep serving
-            self.channel.send(RESULT, request_id, ([error_entry(exc)] * len(requests), 0, executed.infer_ns, 0))
+            self.channel.send(RESULT, request_id, ([error_entry(exc)] * count, 0, executed.infer_ns, 0))
 
 
 def _entry(put: Put, result: Outputs | ServelabError) -> tuple[Any, ...]:

@@ -5,8 +5,14 @@ running request reads the worker's socket itself, so no thread hop lies on the w
 in :meth:`Dispatcher.execute_timed`, or the event loop (``add_reader``) for
 :meth:`Dispatcher.execute_async`. Whoever reads a result starts the next request and hands the
 reading to that request's waiter. A call from the worker into the server (``ctx.infer`` in the
-worker, Triton's BLS) goes to a thread pool that answers it while the request still runs. When no
-waiter reads while a request runs (its waiter was answered at the deadline), the supervisor does.
+worker, Triton's BLS) goes to a thread pool that answers it while the request still runs
+(:mod:`._serving`). When no waiter reads while a request runs (its waiter was answered at the
+deadline), the supervisor does.
+
+A decoupled request (:meth:`Dispatcher.open_stream`) occupies the worker while its ``execute`` runs,
+like any other, but its responses (RESPONSE messages) may keep coming after that, interleaved with later
+requests; they go to the request's :class:`~._sinks.StreamSink` until the final one. The supervisor
+reads for open streams (one thread hop to the consumer, which suits a stream).
 """
 
 from __future__ import annotations
@@ -19,22 +25,25 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.backends.base import Executed, InferFn, Inputs, Outputs
+from servelab.backends.base import Executed, Inputs, Outputs, StreamItem, StreamRequest
 from servelab.core.workers._channel import (
-    CALL,
-    CALL_RESULT,
+    CANCEL,
     EXECUTE,
+    RESPONSE,
     RESULT,
+    STREAM,
     Channel,
     Put,
-    error_entry,
     error_from,
 )
-from servelab.errors import InternalError, ServelabError, Unavailable, Unsupported
+from servelab.core.workers._latch import Latch, settle_on
+from servelab.core.workers._serving import KINDS as CALL_KINDS
+from servelab.core.workers._serving import WorkerCalls
+from servelab.core.workers._sinks import OpenStreams, StreamSink
+from servelab.errors import InternalError, ServelabError, Unavailable
 
 __all__ = ["Dispatcher", "Ticket"]
 
@@ -52,8 +61,11 @@ class Ticket:
     enqueued_ns: int
     deliver: Callable[[Executed], None]
     loop: asyncio.AbstractEventLoop | None = None  # an async waiter reads on this loop
-    woken: _Latch | None = None  # a sync waiter: told to read, or that it is answered
+    woken: Latch | None = None  # a sync waiter: told to read, or that it is answered
     executed: Executed | None = None
+    #: a decoupled request: its parameters and requested outputs travel too, its responses go here
+    sink: StreamSink | None = None
+    extras: tuple[dict[str, Any], list[str], str] | None = None
     started_ns: int = 0
     sent_ns: int = 0
     input_ns: int = 0
@@ -67,11 +79,9 @@ class Dispatcher:
     The supervisor owns ``channel`` and ``state`` (under ``lock``), ``kill`` and ``wake`` reach it.
     """
 
-    def __init__(self, label: str, infer: InferFn | None, calls: Callable[[], Executor],
-                 kill: Callable[[str], None], wake: Callable[[], None]) -> None:
+    def __init__(self, label: str, serving: WorkerCalls, kill: Callable[[str], None], wake: Callable[[], None]) -> None:
         self.label = label
-        self._infer = infer
-        self._calls = calls
+        self.serving = serving
         self._kill = kill
         self._wake = wake
         self.lock = threading.Lock()
@@ -80,6 +90,8 @@ class Dispatcher:
         self.queue: deque[Ticket] = deque()
         self.active: Ticket | None = None
         self.reader: Ticket | None = None  # whose waiter reads now; None while active: the supervisor
+        #: decoupled requests whose final response has not come
+        self.streams = OpenStreams()
         self.state = "STARTING"
         self.down_reason = "starting"
         self.channel: Channel | None = None
@@ -92,7 +104,7 @@ class Dispatcher:
     # ----- requests -----
     def execute_timed(self, requests: list[Inputs]) -> Executed:
         """Run ``requests`` in the worker; this thread reads the answer when it is its turn."""
-        woken = _Latch()
+        woken = Latch()
         ticket = Ticket(next(self._ids), requests, time.perf_counter_ns(), woken.set, woken=woken)
         self.submit(ticket)
         self._wait(ticket)
@@ -104,13 +116,39 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Executed] = loop.create_future()
         ticket = Ticket(next(self._ids), requests, time.perf_counter_ns(),
-                        lambda e: _settle_on(loop, future, e), loop=loop)
+                        lambda e: settle_on(loop, future, e), loop=loop)
         self.submit(ticket)
         try:
             return await future
         except asyncio.CancelledError:
             ticket.cancelled = True  # a queued one is skipped; a running one's answer is dropped
             raise
+
+    def open_stream(self, request: StreamRequest, sink: StreamSink) -> None:
+        """Run a decoupled request in the worker; every response goes to ``sink``, the last one final."""
+        ticket = Ticket(next(self._ids), [request.inputs], time.perf_counter_ns(), lambda e: self._executed(ticket, e),
+                        sink=sink, extras=(request.parameters, request.outputs, request.request_id))  # fmt: skip
+        sink.on_cancel = lambda: self._cancel(ticket)
+        self.streams.add(ticket.id, sink)
+        self.submit(ticket)
+
+    def _executed(self, ticket: Ticket, executed: Executed) -> None:
+        """A decoupled request's execute returned (or failed: the error is its final response)."""
+        sink = ticket.sink
+        assert sink is not None
+        sink.executed = executed
+        error = next((r for r in executed.results if isinstance(r, ServelabError)), None)
+        if error is not None:
+            self.streams.deliver(ticket.id, StreamItem(error=error, final=True))
+
+    def _cancel(self, ticket: Ticket) -> None:
+        """The consumer of a decoupled request has gone: a queued one is skipped, a running one told."""
+        ticket.cancelled = True
+        self.streams.drop(ticket.id)
+        channel = self.channel
+        if ticket.started_ns and channel is not None:
+            with contextlib.suppress(OSError):
+                channel.send(CANCEL, ticket.id)
 
     def submit(self, ticket: Ticket) -> None:
         claimed = refused = None
@@ -135,8 +173,11 @@ class Dispatcher:
             ticket = self.queue.popleft()
             if not (ticket.cancelled or ticket.answered):
                 ticket.started_ns = time.perf_counter_ns()
-                self.active = self.reader = ticket
+                self.active = ticket
+                self.reader = ticket if ticket.sink is None else None  # a stream's: the supervisor reads
                 return ticket
+            if ticket.sink is not None:
+                self.streams.drop(ticket.id)  # cancelled before it ran
         return None
 
     def start(self, ticket: Ticket) -> None:
@@ -145,13 +186,16 @@ class Dispatcher:
         assert channel is not None
 
         def body(put: Put) -> list[Any]:
-            descriptors = [put(r) for r in ticket.requests]
+            if ticket.extras is not None:
+                descriptors: list[Any] = [(put(r), *ticket.extras) for r in ticket.requests]
+            else:
+                descriptors = [put(r) for r in ticket.requests]
             ticket.sent_ns = time.perf_counter_ns()
             ticket.input_ns = ticket.sent_ns - ticket.started_ns
             return descriptors
 
         try:
-            channel.send(EXECUTE, ticket.id, build=body, owner=ticket.id)
+            channel.send(STREAM if ticket.sink is not None else EXECUTE, ticket.id, build=body, owner=ticket.id)
         except OSError:
             pass  # the worker is gone: the supervisor fails the ticket
         except Exception as exc:  # e.g. a tensor that cannot cross: fail it, run the next one
@@ -205,6 +249,9 @@ class Dispatcher:
             self._wake()
 
     def _hand_reading(self, ticket: Ticket) -> None:
+        if ticket.sink is not None:
+            self._wake()  # the supervisor reads a stream's messages
+            return
         loop = ticket.loop
         if loop is None:
             if ticket.woken is not None:
@@ -269,8 +316,10 @@ class Dispatcher:
             try:
                 if kind == RESULT:
                     self._result(channel, msg_id, body)
-                elif kind == CALL:
-                    self._call(channel, msg_id, body)
+                elif kind == RESPONSE:
+                    self._response(channel, msg_id, body)
+                elif kind in CALL_KINDS:
+                    self.serving.handle(channel, kind, msg_id, body)
                 else:
                     raise ValueError(f"unexpected message kind {kind}")
             except Exception:  # whoever reads must survive a worker that breaks the protocol
@@ -309,31 +358,22 @@ class Dispatcher:
                 )
         if following is not None:
             self.start(following)  # keep the worker busy before handing this answer back
+        elif self.streams:
+            self._wake()  # responses of open streams may still come: the supervisor reads them
         if not answered and ticket.executed is not None:
             ticket.deliver(ticket.executed)
 
-    def _call(self, channel: Channel, call_id: int, body: Any) -> None:
-        owner, model, version, descriptors = body
-        inputs = channel.arrays(descriptors, copy=True)
-        try:
-            self._calls().submit(self._answer_call, channel, call_id, owner, model, version, inputs)
-        except RuntimeError:  # the server is shutting down
-            with contextlib.suppress(OSError):
-                channel.send(CALL_RESULT, call_id, error_entry(Unavailable("the server is shutting down")))
-
-    def _answer_call(self, channel: Channel, call_id: int, owner: int, model: str, version: str,
-                     inputs: Inputs) -> None:
-        """Run a worker's call through the server's data plane and send the answer back."""
-        try:
-            if self._infer is None:
-                raise Unsupported(f"{self.label}: this server takes no calls to other models from workers")
-            outputs = self._infer(model, version, inputs)
-            channel.send(CALL_RESULT, call_id, build=lambda put: (0, put(outputs)), owner=owner)
-        except OSError:
-            return  # the worker went away meanwhile
-        except Exception as exc:
-            with contextlib.suppress(OSError):
-                channel.send(CALL_RESULT, call_id, error_entry(exc))
+    def _response(self, channel: Channel, msg_id: int, body: Any) -> None:
+        """One response of a decoupled request: to its sink (dropped when nobody waits for it any more)."""
+        _, entry, final, parameters = body
+        item = StreamItem(final=final, parameters=parameters)
+        if entry is not None:
+            if entry[0] == 0:
+                item.outputs = channel.arrays(entry[1], copy=True)
+            else:
+                item.error = error_from(entry[1], entry[2])
+        channel.done_reading()
+        self.streams.deliver(msg_id, item)
 
     def retire(self, channel: Channel) -> None:
         """Close a dead worker's channel; in the loop watching it, if one does (it must unwatch first)."""
@@ -348,42 +388,3 @@ class Dispatcher:
         if self._loop_channel is channel:
             self._unwatch_loop()
         channel.close()
-
-
-class _Latch:
-    """A one-bit signal a thread waits on with a timeout (a bare lock: cheaper than an Event)."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-
-    def set(self, _: object = None) -> None:
-        with contextlib.suppress(RuntimeError):  # already set
-            self._lock.release()
-
-    def clear(self) -> None:
-        self._lock.acquire(blocking=False)
-
-    def wait(self, timeout_s: float) -> None:
-        if self._lock.acquire(timeout=timeout_s):
-            self._lock.release()
-
-
-def _settle_on(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Executed], executed: Executed) -> None:
-    """Resolve ``future`` from any thread: directly when already in its loop (the loop read the answer)."""
-    try:
-        here = asyncio.get_running_loop() is loop
-    except RuntimeError:
-        here = False
-    if here:
-        _settle(future, executed)
-        return
-    with contextlib.suppress(RuntimeError):  # the loop has closed
-        loop.call_soon_threadsafe(_settle, future, executed)
-
-
-def _settle(future: asyncio.Future[Executed], executed: Executed) -> None:
-    if not future.done():
-        future.set_result(executed)

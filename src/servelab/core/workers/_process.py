@@ -10,7 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from servelab.backends.base import BackendContext
 from servelab.core.workers._arena import ArenaWriter
@@ -52,15 +55,25 @@ def spawn(target: str, ctx: BackendContext, arena_bytes: int) -> tuple[subproces
     return proc, channel
 
 
-def handshake(proc: subprocess.Popen[bytes], channel: Channel, label: str, timeout_s: float) -> None:
-    """Wait until the worker has loaded its model; the error says why when it did not."""
-    ready, _, _ = select.select([channel.sock], [], [], timeout_s)
-    if not ready:
-        raise Unavailable(f"{label}: its worker process did not load the model within {timeout_s:g} s")
-    try:
-        kind, _, body = channel.recv()
-    except (EOFError, OSError):
-        raise Unavailable(f"{label}: its worker process {exit_text(wait(proc, 5.0))} while loading") from None
+def handshake(proc: subprocess.Popen[bytes], channel: Channel, label: str, timeout_s: float,
+              serve: Callable[[Channel, int, int, Any], None] | None = None) -> None:
+    """Wait until the worker has loaded its model; the error says why when it did not.
+
+    What the model asks of the server while it loads (``initialize`` creating custom metrics) goes to
+    ``serve``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready, _, _ = select.select([channel.sock], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise Unavailable(f"{label}: its worker process did not load the model within {timeout_s:g} s")
+        try:
+            kind, msg_id, body = channel.recv()
+        except (EOFError, OSError):
+            raise Unavailable(f"{label}: its worker process {exit_text(wait(proc, 5.0))} while loading") from None
+        if kind in (FAILED, READY) or serve is None:
+            break
+        serve(channel, kind, msg_id, body)
     if kind == FAILED:
         error = error_from(body[0], body[1])
         raise type(error)(f"{label} failed to load in its worker process: {error.message}")

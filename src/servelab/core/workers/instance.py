@@ -8,7 +8,8 @@ channel). A supervisor thread per instance sleeps on the worker's pidfd and on t
   supervisor reads on until the late answer comes); ``kill_timeout_s`` later a worker still busy
   with it is killed;
 * when the worker dies, the running and queued requests fail with Unavailable naming the model and
-  the exit status, the instance is unavailable, and the worker restarts with exponential backoff.
+  the exit status (so do decoupled requests still streaming), the instance is unavailable, and the
+  worker restarts with exponential backoff; its custom metrics go with it (a new one re-creates them).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ import weakref
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
-from servelab.backends.base import Backend, BackendContext, Executed, Inputs, Outputs
+from servelab.backends.base import Backend, BackendContext, Executed, Inputs, Outputs, StreamRequest
 from servelab.config.settings import WorkerSettings
 from servelab.core.workers._channel import Channel
 from servelab.core.workers._dispatch import TICK_S, Dispatcher, Ticket
 from servelab.core.workers._process import exit_text, handshake, spawn, stop, wait
+from servelab.core.workers._serving import WorkerCalls
+from servelab.core.workers._sinks import StreamSink
 from servelab.errors import ServelabError, Unavailable
 
 __all__ = ["WorkerHost", "WorkerInstance"]
@@ -59,7 +62,10 @@ class WorkerInstance(Backend):
         self.target = f"{backend.__module__}:{backend.__qualname__}"
         self.pool = pool
         self.label = f"model '{ctx.model_name}' version {ctx.version}"
-        self._d = Dispatcher(self.label, ctx.infer, pool.calls, self._kill, self._wake)
+        self._metrics_owner = f"{ctx.model_name}/{ctx.version}/worker-{id(self):x}"
+        metrics = ctx.custom_metrics.bind(self._metrics_owner) if ctx.custom_metrics is not None else None
+        serving = WorkerCalls(self.label, ctx.infer, ctx.infer_stream, metrics, pool.calls)
+        self._d = Dispatcher(self.label, serving, self._kill, self._wake)
         self._proc: subprocess.Popen[bytes] | None = None
         self._closing = threading.Event()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -94,6 +100,12 @@ class WorkerInstance(Backend):
     def queued(self) -> int:
         return len(self._d.queue)
 
+    @property
+    def busy(self) -> int:
+        """Requests on this worker: running, queued, and decoupled ones still streaming."""
+        d = self._d
+        return len(d.queue) + len(d.streams) + (d.active is not None)
+
     def wait_available(self, timeout_s: float) -> bool:
         d = self._d
         with d.up:
@@ -117,7 +129,7 @@ class WorkerInstance(Backend):
         proc, channel = self._proc, self._d.channel
         assert proc is not None and channel is not None
         try:
-            handshake(proc, channel, self.label, self.pool.settings.start_timeout_s)
+            handshake(proc, channel, self.label, self.pool.settings.start_timeout_s, self._d.serving.handle)
         except BaseException:
             self.close(grace_s=0.0)
             raise
@@ -153,6 +165,8 @@ class WorkerInstance(Backend):
         d.fail(queued, Unavailable(f"{self.label} was unloaded before the request ran"))
         if proc is not None and channel is not None:
             stop(proc, channel, grace_s)
+        d.streams.fail_all(Unavailable(f"{self.label} was unloaded while the request was streaming responses"))
+        self._forget_metrics()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10.0)
         if self._thread is None and channel is not None:
@@ -173,6 +187,10 @@ class WorkerInstance(Backend):
 
     def execute(self, requests: list[Inputs]) -> list[Outputs | ServelabError]:
         return self._d.execute_timed(requests).results
+
+    def open_stream(self, request: StreamRequest, sink: StreamSink) -> None:
+        """Run a decoupled request: its responses go to ``sink`` as the worker sends them, the last final."""
+        self._d.open_stream(request, sink)
 
     def infer(self, inputs: Inputs) -> Outputs:
         result = self.execute([inputs])[0]
@@ -207,7 +225,7 @@ class WorkerInstance(Backend):
         d = self._d
         try:
             while True:
-                wanted = d.reader is None and d.active is not None and d.eof is not channel
+                wanted = d.reader is None and (d.active is not None or bool(d.streams)) and d.eof is not channel
                 if wanted != watching:
                     (poller.register(sock_fd, select.POLLIN) if wanted else poller.unregister(sock_fd))
                     watching = wanted
@@ -291,6 +309,8 @@ class WorkerInstance(Backend):
         if active is not None:
             d.fail([active], Unavailable(f"{self.label}: its worker process (pid {pid}) {how} while running the request"))
         d.fail(queued, Unavailable(f"{self.label}: its worker process (pid {pid}) {how} before the request ran"))
+        d.streams.fail_all(Unavailable(f"{self.label}: its worker process (pid {pid}) {how} while the request was streaming"))
+        self._forget_metrics()
 
     def _closed_while_running(self) -> None:
         d = self._d
@@ -298,6 +318,12 @@ class WorkerInstance(Backend):
             active, d.active, d.reader = d.active, None, None
         if active is not None:
             d.fail([active], Unavailable(f"{self.label} was unloaded while the request ran"))
+        d.streams.fail_all(Unavailable(f"{self.label} was unloaded while the request was streaming responses"))
+
+    def _forget_metrics(self) -> None:
+        """The worker's custom metrics go with it (a restarted worker creates them again)."""
+        if self.ctx.custom_metrics is not None:
+            self.ctx.custom_metrics.forget(self._metrics_owner)
 
     def _restart(self) -> bool:
         """Start a new worker, waiting longer after each failure; False when the instance closes first."""
@@ -311,7 +337,7 @@ class WorkerInstance(Backend):
             try:
                 proc, channel = spawn(self.target, self.ctx, settings.arena_bytes)
                 try:
-                    handshake(proc, channel, self.label, settings.start_timeout_s)
+                    handshake(proc, channel, self.label, settings.start_timeout_s, self._d.serving.handle)
                 except BaseException:
                     stop(proc, channel, 0.0)
                     channel.close()

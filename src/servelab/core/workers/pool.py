@@ -19,7 +19,7 @@ __all__ = ["WorkerPool", "runs_in_worker"]
 
 log = logging.getLogger("servelab.workers")
 
-_CALL_THREADS = 4
+_CALL_THREADS = 16  #: a call may wait on another model, a stream call for its whole stream
 
 
 def runs_in_worker(backend: type[Backend], config: mc.ModelConfig) -> bool:

@@ -37,6 +37,7 @@ STATUS_FOR_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
 }
 
 #: UTF-8 bytes of a message at most: percent-encoded (3 bytes per non-ASCII byte) under 8 KiB

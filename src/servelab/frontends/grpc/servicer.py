@@ -10,6 +10,7 @@ saying so, and its status is empty). Log settings are real, trace settings answe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
@@ -29,7 +30,7 @@ from servelab.frontends.grpc.settings_codec import (
     settings_from_trace,
     trace_settings_message,
 )
-from servelab.frontends.shared_memory import SharedMemory
+from servelab.frontends.shared_memory import RegionSlice, SharedMemory
 from servelab.frontends.trace_logging import (
     LOGGING_EXTENSION,
     LoggingSettings,
@@ -40,6 +41,7 @@ from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 from servelab.protocol import health_pb2, health_pb2_grpc
 from servelab.repository import FILE_PREFIX
+from servelab.types import InferRequest
 
 __all__ = ["HealthServicer", "InferenceServicer"]
 
@@ -129,12 +131,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         return await self._infer(request)
 
+    async def _decode(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, RegionSlice]]:
+        """(request, outputs to write into shared memory); large payloads decode off the loop."""
+        if payload_bytes(request) > self.limits.offload_decode_bytes:  # keep the loop free for small calls
+            return await asyncio.to_thread(decode_infer, request, self.limits, self.shared_memory)
+        return decode_infer(request, self.limits, self.shared_memory)
+
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         t0 = perf_counter_ns()
-        if payload_bytes(request) > self.limits.offload_decode_bytes:  # keep the loop free for small calls
-            decoded, regions = await asyncio.to_thread(decode_infer, request, self.limits, self.shared_memory)
-        else:
-            decoded, regions = decode_infer(request, self.limits, self.shared_memory)
+        decoded, regions = await self._decode(request)
         t1 = perf_counter_ns()
         response = await self.dataplane.infer_async(decoded)
         t2 = perf_counter_ns()
@@ -145,14 +150,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Each request gets one response, in completion order; a failed one carries error_message."""
+        """Responses in completion order: one per request, any number for a decoupled model's, each with
+        ``triton_final_response``; a failed one carries error_message."""
         done: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         window = asyncio.Semaphore(self.stream_window)
         running: set[asyncio.Task[None]] = set()
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                done.put_nowait(await self._stream_one(request))
+                async for response in self._stream_one(request):
+                    done.put_nowait(response)
             finally:
                 window.release()
 
@@ -181,15 +188,30 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             for task in list(running):
                 task.cancel()
 
-    async def _stream_one(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_one(self, request: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        t0 = perf_counter_ns()
         try:
-            return pb.ModelStreamInferResponse(infer_response=await self._infer(request))
+            decoded, regions = await self._decode(request)
+            decode_ns = perf_counter_ns() - t0
+            async with contextlib.aclosing(self.dataplane.infer_stream(decoded)) as items:  # a gone client ends it
+                async for item in items:
+                    if item.response is None:
+                        yield self._stream_error(request, item.error, item.final)
+                        continue
+                    t1 = perf_counter_ns()
+                    encoded = encode_response(item.response, regions, self.shared_memory)
+                    self.dataplane.record_wire(item.response, decode_ns, perf_counter_ns() - t1)
+                    decode_ns = 0  # counted once per request
+                    yield pb.ModelStreamInferResponse(infer_response=encoded)
         except Exception as exc:
-            _, message = describe(exc, "ModelStreamInfer")
-            echo = pb.ModelInferResponse(
-                model_name=request.model_name, model_version=request.model_version, id=request.id
-            )
-            return pb.ModelStreamInferResponse(error_message=message, infer_response=echo)
+            yield self._stream_error(request, exc, True)
+
+    def _stream_error(self, request: pb.ModelInferRequest, exc: Exception | None, final: bool) -> pb.ModelStreamInferResponse:
+        """A failed response: error_message, and the request's id and model echoed (as Triton does)."""
+        _, message = describe(exc or Exception("no error"), "ModelStreamInfer")
+        echo = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
+        echo.parameters["triton_final_response"].bool_param = final
+        return pb.ModelStreamInferResponse(error_message=message, infer_response=echo)
 
     # ----- repository -----
     @rpc

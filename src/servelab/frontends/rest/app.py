@@ -3,7 +3,7 @@ TorchServe management port and the metrics port."""
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -15,13 +15,15 @@ from servelab.frontends.auth import Door, guard_routes
 from servelab.frontends.rest import oip, oip_extensions, tfserving, torchserve, torchserve_management
 from servelab.frontends.rest.errors import install_error_handlers
 from servelab.frontends.shared_memory import SharedMemory
+from servelab.metrics import render
 
 __all__ = ["create_app", "create_management_app", "create_metrics_app"]
 
 
 def _metrics_route(registry: CollectorRegistry) -> BaseRoute:
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        body, media_type = render(registry)
+        return Response(body, media_type=media_type)
 
     return Route("/metrics", metrics, methods=["GET"])
 

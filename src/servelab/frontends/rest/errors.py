@@ -25,7 +25,8 @@ __all__ = ["HTTP_STATUS", "error_response", "http_status", "install_error_handle
 log = logging.getLogger("servelab.rest")
 
 #: ErrorCode -> HTTP status. UNSUPPORTED is 501 as in Triton (the server cannot do this, e.g. repository
-#: control in mode 'none'); CANCELLED is 499, nginx's "client closed request".
+#: control in mode 'none'); CANCELLED is 499, nginx's "client closed request"; UNKNOWN is 400, as Triton
+#: answers a python model's ``TritonError.UNKNOWN``.
 HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_ARG: 400,
     ErrorCode.NOT_FOUND: 404,
@@ -37,6 +38,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.CANCELLED: 499,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.UNKNOWN: 400,
 }
 
 #: TorchServe's exception type names, by status.
