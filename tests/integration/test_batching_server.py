@@ -12,11 +12,11 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as tca
-from conftest import ServerProcess, running_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.clients import infer_input
 from harness.repository import dense_model
+from harness.servers import ServerProcess, running_server
 
 CLIENTS = 64
 PER_CLIENT = 8

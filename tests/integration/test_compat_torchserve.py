@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import httpx
 import numpy as np
 import pytest
-from conftest import ServerProcess
+
+from harness.servers import ServerProcess
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from conftest import HOST, ServerProcess, running_server
+
+from harness.servers import HOST, ServerProcess, running_server
 
 ray = pytest.importorskip("ray", reason="the ray extra (servelab[ray]) is part of the dev extra")
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
 
 from harness.clients import infer_input
+from harness.servers import ServerProcess, running_server
 from servelab import Engine
 from servelab.graph.export import export_repository
 from servelab.graph.store import build_store

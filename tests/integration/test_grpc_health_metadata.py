@@ -11,9 +11,9 @@ import grpc
 import pytest
 import tritonclient.grpc as tc
 import tritonclient.grpc.aio as tca
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
+from harness.servers import ServerProcess
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 from servelab.protocol import health_pb2, health_pb2_grpc

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tc
 import tritonclient.grpc.aio as tca
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 from harness.clients import infer_input, simple_inputs
 from harness.data import ANY_BYTES, sample
 from harness.models import DTYPES
 from harness.repository import CLASS_LABELS, echo_name
+from harness.servers import ServerProcess
 from servelab.frontends.grpc.codec import CONTENTS_FIELD
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc

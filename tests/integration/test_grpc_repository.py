@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tc
 import tritonclient.grpc.aio as tca
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 from harness.clients import infer_input
+from harness.servers import ServerProcess
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 

@@ -15,13 +15,13 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as tc
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 from harness.clients import infer_input
 from harness.gates import SocketGate
 from harness.inprocess import GrpcTestServer, make_dataplane, running_grpc_server
 from harness.repository import add_gated_model
+from harness.servers import ServerProcess
 from servelab.core.dataplane import DataPlane
 from servelab.frontends.grpc import bound_port, start_grpc_server
 from servelab.frontends.grpc.errors import rpc

@@ -13,10 +13,10 @@ import grpc
 import numpy as np
 import tritonclient.grpc as tc
 import tritonclient.grpc.aio as tca
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 from harness.clients import simple_inputs as both_inputs
+from harness.servers import ServerProcess
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import HOST, ServerProcess
+
+from harness.servers import HOST, ServerProcess
 
 HEADER_TIMEOUT_S = 1.0
 KEEP_ALIVE_S = 2

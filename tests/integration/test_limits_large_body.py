@@ -26,8 +26,9 @@ import onnx
 import orjson
 import pytest
 import tritonclient.grpc as tc
-from conftest import ServerProcess
 from onnx import TensorProto, helper
+
+from harness.servers import ServerProcess
 
 BIG_BYTES = 64 * 1024 * 1024
 P99_BAR_MS = 50.0

@@ -13,9 +13,9 @@ import orjson
 import pytest
 import tritonclient.grpc as tc
 import tritonclient.http as th
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
+from harness.servers import ServerProcess
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 

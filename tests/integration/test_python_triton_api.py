@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
 
 from harness.models import auto_complete_py, write_python_model
 from harness.repository import PYTHON, model_config, write_config
+from harness.servers import ServerProcess, running_server
 
 WAIT_S = 60.0
 
@@ -245,7 +245,7 @@ def test_bls_calls_other_models_sync_and_async(served: ServerProcess) -> None:
             np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + b)
             np.testing.assert_allclose(result.as_numpy("OUTPUT1"), a - b)
         arrays, _, _ = _add_sub_inputs("undefined_model")
-        with pytest.raises(InferenceServerException, match="unknown model 'undefined_model'") as failed:
+        with pytest.raises(InferenceServerException, match="Request for unknown model: 'undefined_model' is not found") as failed:
             client.infer("bls_sync", _http_inputs(arrays))
         assert failed.value.status() == "500" and "TritonModelException" in failed.value.message()
         stats = client.get_inference_statistics("add_sub")["model_stats"][0]["inference_stats"]

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import ServerProcess
 
 from harness.gates import SocketGate
 from harness.repository import add_gated_model
+from harness.servers import ServerProcess
 
 BODY = {"inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "FP32", "data": [4.5]}]}
 

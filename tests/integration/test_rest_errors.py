@@ -11,7 +11,8 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-from conftest import MAX_BODY_BYTES, ServerProcess
+
+from harness.servers import MAX_BODY_BYTES, ServerProcess
 
 SIMPLE_OK = orjson.dumps(
     {

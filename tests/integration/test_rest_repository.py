@@ -8,8 +8,9 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
+
+from harness.servers import ServerProcess
 
 
 @pytest.fixture(scope="module")

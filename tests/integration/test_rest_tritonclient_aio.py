@@ -8,10 +8,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.http.aio as aioclient
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 from harness.clients import infer_input, simple_inputs
+from harness.servers import ServerProcess
 
 
 def test_aio_health_metadata_config(server: ServerProcess) -> None:

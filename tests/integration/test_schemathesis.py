@@ -30,10 +30,11 @@ import pytest
 import requests
 import schemathesis
 import yaml
-from conftest import ServerProcess
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis.generation.modes import GenerationMode
+
+from harness.servers import ServerProcess
 
 SPECS = Path(__file__).parent / "specs"
 MODELS = ["simple", "classify", "echo_fp32", "echo_int8", "echo_bool", "echo_bf16", "echo_bytes", "mlp_onnx", "nope"]

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import running_server
 from PIL import Image
 
+from harness.servers import running_server
 from servelab.advisor.grid import Batching
 from servelab.advisor.matrix import Constraints, parse_weights
 from servelab.advisor.report import MATRIX_COLUMNS, write_reports

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as thttp
-from conftest import running_server
 
 from harness.models import sage_layers_source
+from harness.servers import running_server
 from servelab.advisor.grid import Batching
 from servelab.advisor.matrix import Constraints, parse_weights
 from servelab.advisor.select import SelectResult, SelectSpec, run_select

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import ServerProcess, running_server
 
+from harness.servers import ServerProcess, running_server
 from servelab.graph.synth import synth_graph
 from servelab.graph.train import TrainConfig, train_to_dir
 

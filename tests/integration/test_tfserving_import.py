@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from conftest import ServerProcess, running_server
 from google.protobuf import text_format
 from tfserving_harness import BATCHING, Reference, build_saved_model, example, models_config
 
+from harness.servers import ServerProcess, running_server
 from servelab.protocol import model_config_pb2 as mc
 
 tf = pytest.importorskip("tensorflow")

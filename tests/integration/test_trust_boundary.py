@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import ServerProcess
 from tritonclient.utils import InferenceServerException
 from trust_harness import (
     CUSTOM_MODULE,
@@ -34,6 +33,8 @@ from trust_harness import (
     identity_onnx_bytes,
     override,
 )
+
+from harness.servers import ServerProcess
 
 X = np.array([[0.1, 0.9, 0.3, 0.2]], np.float32)
 NAME_RULE = "must not be empty or '.', and must contain no '/', no '..' and no NUL"

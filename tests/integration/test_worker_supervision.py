@@ -19,8 +19,9 @@ import httpx
 import numpy as np
 import onnx
 import pytest
-from conftest import ServerProcess, running_server
 from onnx import TensorProto, helper
+
+from harness.servers import ServerProcess, running_server
 
 REQUEST_TIMEOUT_S = 2.0
 KILL_TIMEOUT_S = 2.0

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import ServerProcess
+
+from harness.servers import ServerProcess
 
 WEIGHTS = np.array([[1.0, -1.0], [0.5, 0.25], [-2.0, 1.0]], np.float32)
 BIAS = np.array([0.1, -0.2], np.float32)

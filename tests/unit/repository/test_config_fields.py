@@ -61,7 +61,6 @@ def _load(tmp_path: Path, extra: str) -> None:
         ('batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT32 source_input: "INPUT" } ]', "batch_input"),
         ("optimization { cuda { graphs: true } }", "optimization.cuda"),
         ('model_operations { op_library_filename: "libcustom.so" }', "model_operations"),
-        ("model_transaction_policy { decoupled: true }", "model_transaction_policy.decoupled"),
         ('model_repository_agents { agents [ { name: "checksum" } ] }', "model_repository_agents"),
         ("sequence_batching { iterative_sequence: true }", "sequence_batching.iterative_sequence"),
         ("instance_group [ { passive: true } ]", "instance_group.passive"),
@@ -72,6 +71,10 @@ def _load(tmp_path: Path, extra: str) -> None:
 def test_what_servelab_does_not_implement_fails_the_load(tmp_path: Path, extra: str, field: str) -> None:
     with pytest.raises(Unsupported, match=rf"config field '{field}' is set, but servelab does not implement it"):
         _load(tmp_path, extra)
+
+
+def test_a_decoupled_python_model_loads(tmp_path: Path) -> None:
+    _load(tmp_path, "model_transaction_policy { decoupled: true }")  # the python backend streams its responses
 
 
 def test_ignored_fields_load_and_are_logged_with_the_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
