@@ -100,10 +100,10 @@ class Server:
             self.registry,
             request_timeout_s=settings.limits.request_timeout_s,
             strict_readiness=settings.strict_readiness,
+            routing=settings.routing,
         )
         #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
-        self.metrics = ServerMetrics(self.metrics_registry, self.registry)
-        self.torchserve_defaults: dict[str, str] = {}
+        self.metrics = ServerMetrics(self.metrics_registry, self.registry, routing=self.dataplane.router)
         self.ports: dict[str, int] = {}
         self._uvicorns: list[_Uvicorn] = []
         self._grpc: Any = None
@@ -163,9 +163,9 @@ class Server:
     def _start_http(self) -> list[asyncio.Task[None]]:
         s = self.settings
         apps = {
-            "http": create_app(self.dataplane, s, self.metrics_registry, self.torchserve_defaults, self.door),
+            "http": create_app(self.dataplane, s, self.metrics_registry, self.door),
             "metrics": create_metrics_app(self.metrics_registry, self.door),
-            "management": create_management_app(self.dataplane, s, self.torchserve_defaults, self.door),
+            "management": create_management_app(self.dataplane, s, self.door),
         }
         wanted = {"http": s.http_port, "metrics": s.metrics_port, "management": s.management_port}
         tasks: list[asyncio.Task[None]] = []

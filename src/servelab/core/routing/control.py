@@ -62,7 +62,7 @@ class RolloutControl:
                 raise AlreadyExists(f"model '{model}' already has a rollout at step {current.state.step} "
                                     f"({current.state.status.value}); abort or finish it first")
             candidate = router.resolve(model, spec.candidate).version
-            stable = router.resolve(model, spec.stable or "").version
+            stable = router.resolve(model, spec.stable).version if spec.stable else self._stable_for(model, candidate)
             if candidate == stable:
                 raise InvalidArgument(f"rollout of '{model}': candidate and stable are both version {stable}; "
                                       "name a candidate other than the version serving now")
@@ -74,6 +74,18 @@ class RolloutControl:
             router.commit(model, "start", {"stable": stable, "candidate": candidate, "steps": spec.percents(),
                                            "by": "operator"})
         return self.status(model)
+
+    def _stable_for(self, model: str, candidate: int) -> int:
+        """Today's default version; when that is the candidate itself (it is the newest and nothing pins the
+        default), the newest other version serving."""
+        default = self.router.resolve(model).version
+        if default != candidate:
+            return default
+        others = [v for v in self.router.registry.serving(model) if v != candidate]
+        if not others:
+            raise InvalidArgument(f"rollout of '{model}': version {candidate} is the only one loaded; load the "
+                                  "stable version beside it (version_policy) or name it with 'stable'")
+        return max(others)
 
     def act(self, model: str, action: str) -> dict[str, Any]:
         """pause | resume | abort | promote (promote: the next step now, or finish at the last one)."""
@@ -96,16 +108,20 @@ class RolloutControl:
         return self.status(model)
 
     def set_default(self, model: str, version: str | None) -> None:
-        """Pin the default version or label of ``model`` (TorchServe's set-default); None unpins it."""
+        """Pin the default version or label of ``model`` (TorchServe's set-default). None unpins it, except
+        under a rollout (whose ``stable`` pin stays) or when nothing is pinned: then nothing changes."""
         with self._lock:
             rollout = self.router.rollouts.get(model)
-            if rollout is not None and rollout.state.status.active:
+            active = rollout is not None and rollout.state.status.active
+            if version is None:
+                routing = self.router.persisted.get(model)
+                if active or routing is None or routing.default is None:
+                    return
+            elif active:
                 raise InvalidArgument(f"model '{model}' has a rollout in progress: its traffic follows the rollout; "
                                       "promote or abort it first")
-            if version is not None:
-                self.router.resolve(model, version)  # NotFound for a version or label it does not have
             else:
-                self.router.registry.serving(model)
+                self.router.resolve(model, version)  # NotFound for a version or label it does not have
             self.router.routing_of(model).default = version
             self.router.commit(model, "set_default", {"default": version, "by": "operator"})
 

@@ -310,6 +310,18 @@ class Router:
     def variant_stats(self) -> list[VariantStats]:
         return list(self._variants.values())
 
+    def shares(self) -> list[tuple[str, str, float]]:
+        """(model, variant, share of unversioned requests it should get) for every split and rollout."""
+        out: list[tuple[str, str, float]] = []
+        for name, table in sorted(self._tables.items()):
+            if table.rollout is not None:
+                share = table.rollout.share
+                out += [(name, STABLE, 1.0 - share), (name, CANARY, share)]
+            elif table.arms:
+                total = table.cumulative[-1]
+                out += [(name, arm.name, arm.weight / total) for arm in table.arms]
+        return out
+
     def comparisons(self) -> list[tuple[str, Comparison]]:
         """(model, comparison) of every policy shadow and every rollout step measuring agreement."""
         out = [(m, p.comparison) for m, p in self._shadow_plans.items()]

@@ -55,6 +55,10 @@ REST_ROUTES: dict[tuple[str, str], ApiGroup | None] = {
     **{("GET", p + "/config"): ApiGroup.MODEL_CONFIG for p in (_MODEL, _VERSION)},
     **{("GET", p + "/stats"): ApiGroup.STATISTICS for p in (_MODEL, _VERSION)},
     **{("GET", p): ApiGroup.METADATA for p in (_MODEL, _VERSION)},
+    # servelab's rollout control (HTTP port): it changes which version serves, so management level
+    ("GET", _MODEL + "/rollout"): ApiGroup.MODEL_REPOSITORY,
+    ("POST", _MODEL + "/rollout"): ApiGroup.MODEL_REPOSITORY,
+    ("POST", _MODEL + "/rollout/{action}"): ApiGroup.MODEL_REPOSITORY,
     # TensorFlow Serving REST (HTTP port): status / metadata, and :predict / :classify / :regress
     ("GET", "/v1/models/{path:path}"): ApiGroup.METADATA,
     ("POST", "/v1/models/{path:path}"): ApiGroup.INFERENCE,
@@ -100,6 +104,9 @@ GRPC_METHODS: dict[str, ApiGroup] = {
     _TFS + "GetModelMetadata": ApiGroup.METADATA,
     "/tensorflow.serving.ModelService/GetModelStatus": ApiGroup.METADATA,
     "/tensorflow.serving.ModelService/HandleReloadConfigRequest": ApiGroup.MODEL_REPOSITORY,
+    # servelab's rollout control (same port): management level, like repository control
+    **{f"/servelab.rollout.v1.RolloutService/{m}": ApiGroup.MODEL_REPOSITORY
+       for m in ("Status", "Start", "Pause", "Resume", "Abort", "Promote")},
 }
 
 

@@ -22,6 +22,7 @@ from servelab.core.dataplane import DataPlane
 from servelab.errors import InvalidArgument, NotFound, Unsupported
 from servelab.frontends.grpc.codec import decode_request, encode_response, payload_bytes
 from servelab.frontends.grpc.errors import describe, rpc
+from servelab.frontends.grpc.metadata import Metadata
 from servelab.protocol import grpc_service_pb2 as pb
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
 from servelab.protocol import health_pb2, health_pb2_grpc
@@ -103,16 +104,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # ----- inference -----
     @rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        return await self._infer(request)
+        return await self._infer(request, Metadata(context))
 
-    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, metadata: Metadata) -> pb.ModelInferResponse:
         t0 = perf_counter_ns()
         if payload_bytes(request) > self.limits.offload_decode_bytes:  # keep the loop free for small calls
             decoded = await asyncio.to_thread(decode_request, request, self.limits)
         else:
             decoded = decode_request(request, self.limits)
         t1 = perf_counter_ns()
-        response = await self.dataplane.infer_async(decoded)
+        response = await self.dataplane.infer_async(decoded, metadata)  # metadata: a policy's sticky key
         t2 = perf_counter_ns()
         encoded = encode_response(response)
         self.dataplane.record_wire(response, t1 - t0, perf_counter_ns() - t2)
@@ -126,9 +127,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         window = asyncio.Semaphore(self.stream_window)
         running: set[asyncio.Task[None]] = set()
 
+        metadata = Metadata(context)
+
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                done.put_nowait(await self._stream_one(request))
+                done.put_nowait(await self._stream_one(request, metadata))
             finally:
                 window.release()
 
@@ -157,9 +160,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             for task in list(running):
                 task.cancel()
 
-    async def _stream_one(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_one(self, request: pb.ModelInferRequest, metadata: Metadata) -> pb.ModelStreamInferResponse:
         try:
-            return pb.ModelStreamInferResponse(infer_response=await self._infer(request))
+            return pb.ModelStreamInferResponse(infer_response=await self._infer(request, metadata))
         except Exception as exc:
             _, message = describe(exc, "ModelStreamInfer")
             echo = pb.ModelInferResponse(

@@ -78,7 +78,7 @@ async def infer(request: Request) -> Response:
             len(body), limits.offload_decode_bytes, decode_body, body, header_length, name, version, limits
         )
     t1 = perf_counter_ns()
-    response = await dp.infer_async(decoded.request)
+    response = await dp.infer_async(decoded.request, request.headers)  # headers: a policy's sticky key
     t2 = perf_counter_ns()
     size = sum(t.data.nbytes for t in response.outputs)
     payload, json_length = await off_loop_if_large(size, limits.offload_decode_bytes, encode_infer, response, decoded)
