@@ -134,7 +134,6 @@ class DataPlane:
         return str(self.router.resolve(name, version).version)
 
     def labels(self, name: str) -> dict[str, int]:
-        self.registry.serving(name)  # unknown or unloaded models say so
         return self.router.labels(name)
 
     def set_default_version(self, name: str, version: str | None) -> None:

@@ -145,6 +145,8 @@ class Router:
         return self._lookup(table.default_target())
 
     def labels(self, name: str) -> dict[str, int]:
+        """The labels of ``name`` now (NotFound / Unavailable for an unknown or unloaded model)."""
+        self.registry.serving(name)
         table = self._tables.get(name)
         return dict(table.labels) if table is not None else {}
 
