@@ -193,6 +193,11 @@ class RolloutControl:
 
     # ----- what the API and the CLI show -----
     def status(self, model: str) -> dict[str, Any]:
+        """One consistent document: read under the lock the decisions take, never between two of their parts."""
+        with self._lock:
+            return self._status(model)
+
+    def _status(self, model: str) -> dict[str, Any]:
         router = self.router
         lv = router.resolve(model)
         table = router.table(model)
