@@ -63,7 +63,8 @@ bench: $(STAMP) $(REPO)/.built
 	$(PY) benchmarks/grpc_event_engine.py
 	$(PY) benchmarks/batching.py
 	$(PY) benchmarks/loadgen_ceiling.py
-	$(PY) benchmarks/soak.py
+	$(PY) benchmarks/soak.py --rollout
+	$(PY) benchmarks/shadow_overhead.py
 	$(VENV)/bin/servelab compare mlp --repo $(REPO) --targets servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver,mlserver@grpc --batch-sizes 1,32 --concurrency 8 --baseline inprocess-ort --output benchmarks/results/compare.json --html out/compare.html --results-md benchmarks/RESULTS.md
 	$(PY) benchmarks/vs_triton.py
 	$(PY) benchmarks/ray_overhead.py
