@@ -218,3 +218,21 @@ def test_a_restart_mid_rollout_resumes_at_the_same_step(repo: Path, tmp_path: Pa
         on_candidate = sum(_version(client, "ab") == "2" for _ in range(n))
         assert _within(on_candidate, n, 0.2), on_candidate  # 20% as before the restart: never 100%
         assert rollout(client, "ab", "abort")["rollout"]["status"] == "aborted"
+
+
+def test_the_readme_walk_through_shadow_canary_promote_by_hand(http: httpx.Client, server: ServerProcess) -> None:
+    """README's release with the CLI: shadow, then each step by `promote`, then stable (few requests, so that
+    no gate has its samples and the steps are the operator's alone)."""
+    stable = rollout(http, "ab")["default_version"]
+    candidate = "1" if stable == 2 else "2"  # versions 1 and 2 answer alike
+    status = _cli(server, "start", "ab", "--candidate", candidate, "--shadow", "--manual", "--min-dwell-s", "600",
+                  "--min-requests", "1000")
+    assert (status["rollout"]["percent"], status["rollout"]["shadow_step"]) == (0.0, True)
+    for percent in (5.0, 20.0, 100.0):
+        assert {_version(http, "ab") for _ in range(3)} <= {str(stable), candidate}
+        status = _cli(server, "promote", "ab")
+        assert status["rollout"]["percent"] == percent and status["rollout"]["status"] == "running"
+    status = _cli(server, "promote", "ab")
+    assert status["rollout"]["status"] == "promoted" and status["default_version"] == int(candidate)
+    assert [h["event"] for h in status["history"]][-5:] == ["start", "advance", "advance", "advance", "promote"]
+    assert all(h.get("reason") == "by the operator" for h in status["history"][-4:])
