@@ -5,7 +5,7 @@
 One `servelab serve` (127.0.0.1) serves Triton's ``simple`` (ONNX INT32 [1, 16] add/sub) twice, from the
 same files, with versions 1 and 2: ``plain`` routes every request to version 1; ``shadowed`` does the
 same and copies every request (``shadow: {version: 2, sample: 1.0}``) to version 2, on the shadow
-executor. In that one run:
+executor (``--shadow-threads`` threads, at most ``--shadow-queue`` copies waiting or running). In that one run:
 
 1. the maximum throughput of ``plain`` (closed loop, ``--max-concurrency`` in flight);
 2. open loop at ``--load-fraction`` of it, ``--rounds`` alternating rounds of ``plain`` and ``shadowed``
@@ -28,10 +28,7 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +39,8 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab.bench import LevelResult, LoadSpec, TargetSpec, measure_level
-from servelab.bench.net import free_ports, http_status, wait_until
+from servelab.bench.net import http_status
+from servelab.bench.peers.servelab_target import ServelabPeer
 from servelab.bench.results_md import write_section
 
 HERE = Path(__file__).resolve().parent
@@ -76,26 +74,11 @@ def _build_repo(root: Path) -> Path:
     return repo
 
 
-def _start_server(repo: Path) -> tuple[subprocess.Popen[bytes], str]:
-    http, grpc_port, metrics, management = free_ports(4)
-    cmd = [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--host", "127.0.0.1",
-           "--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics),
-           "--management-port", str(management), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{http}"
-    wait_until(lambda: http_status(f"{url}/v2/health/ready")[0] == 200, 90, url,
-               lambda: None if proc.poll() is None else f"exit code {proc.returncode}")
-    return proc, url
-
-
-def _stop_server(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
+def _server_args(tmp: Path, args: argparse.Namespace) -> tuple[str, ...]:
+    """Both models loaded; the shadow budget (threads, copies waiting or running) from a settings file."""
+    settings = tmp / "settings.json"
+    settings.write_text(json.dumps({"routing": {"shadow_threads": args.shadow_threads, "shadow_queue": args.shadow_queue}}))
+    return ("--load-model", SHADOWED, "--settings", str(settings))
 
 
 def _shadow_counts(url: str) -> dict[str, int]:
@@ -196,7 +179,8 @@ def results_markdown(doc: dict[str, Any]) -> str:
         "",
         "`servelab serve` with Triton's `simple` (ONNX INT32 [1,16] add/sub) as two models from the same files: "
         "`plain` serves version 1; `shadowed` serves version 1 and copies every request to version 2 on the shadow "
-        f"executor. Maximum throughput of `plain` (closed loop, {a['max_concurrency']} in flight): {s['max_rps']:.0f} "
+        f"executor ({a['shadow_threads']} threads, at most {a['shadow_queue']} copies waiting or running). "
+        f"Maximum throughput of `plain` (closed loop, {a['max_concurrency']} in flight): {s['max_rps']:.0f} "
         f"req/s; then open loop at {a['load_fraction']:.0%} of it ({s['offered_rps']:.0f} req/s), {a['rounds']} "
         f"alternating rounds of {a['round_s']:g} s per model; REST binary, batch 1. Measured {doc['when']} on "
         f"{doc['machine']}.",
@@ -229,30 +213,32 @@ def main() -> None:
     parser.add_argument("--max-concurrency", type=int, default=32, help="requests in flight for the maximum")
     parser.add_argument("--probe-interval-ms", type=int, default=2000, help="window of the maximum-throughput probe")
     parser.add_argument("--probe-windows", type=int, default=5, help="most windows of the maximum-throughput probe")
-    parser.add_argument("--saturation-concurrency", type=int, default=128, help="requests in flight past saturation")
+    parser.add_argument("--saturation-concurrency", type=int, default=256, help="requests in flight past saturation")
     parser.add_argument("--saturation-s", type=float, default=15.0, help="length of the saturated run")
+    parser.add_argument("--shadow-threads", type=int, default=2, help="server setting routing.shadow_threads")
+    parser.add_argument("--shadow-queue", type=int, default=64, help="server setting routing.shadow_queue (copies "
+                        "waiting or running; past it they are shed)")
     parser.add_argument("--output", type=Path, default=RESULT)
     parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
     parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
     args = parser.parse_args()
     console = Console()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, url = _start_server(_build_repo(Path(tmp)))
-        try:
-            target = TargetSpec("oip-http", url, binary=True, server_pid=proc.pid)
-            probe = asyncio.run(_closed(target, PLAIN, args.max_concurrency, args.probe_interval_ms, args.probe_windows))
-            max_rps = probe.throughput_rps
-            rate = max_rps * args.load_fraction
-            console.print(f"maximum throughput: {max_rps:.0f} req/s; rounds at {rate:.0f} req/s")
-            rounds = asyncio.run(_alternating(target, url, rate, args))
-            saturated = asyncio.run(_saturated(target, url, max_rps, args))
-        finally:
-            code = _stop_server(proc)
+    with tempfile.TemporaryDirectory() as tmp, \
+            ServelabPeer(_build_repo(Path(tmp)), PLAIN, Path(tmp) / "work", extra_args=_server_args(Path(tmp), args)) as peer:
+        endpoint = peer.start()
+        url = endpoint.url
+        target = TargetSpec("oip-http", url, binary=True, server_pid=endpoint.pid)
+        probe = asyncio.run(_closed(target, PLAIN, args.max_concurrency, args.probe_interval_ms, args.probe_windows))
+        max_rps = probe.throughput_rps
+        rate = max_rps * args.load_fraction
+        console.print(f"maximum throughput: {max_rps:.0f} req/s; rounds at {rate:.0f} req/s")
+        rounds = asyncio.run(_alternating(target, url, rate, args))
+        saturated = asyncio.run(_saturated(target, url, max_rps, args))
     doc = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "rounds": rounds, "result": _summary(max_rps, rate, rounds, saturated), "server_exit_code": code,
+        "rounds": rounds, "result": _summary(max_rps, rate, rounds, saturated),
     }
     console.print(_table(doc))
     console.print(results_markdown(doc).splitlines()[-1])
@@ -260,7 +246,7 @@ def main() -> None:
     args.output.write_text(json.dumps(doc, indent=2) + "\n")
     if args.results_md is not None:
         write_section(args.results_md, SECTION, results_markdown(doc))
-    if not doc["result"]["pass"] or code != 0:
+    if not doc["result"]["pass"]:
         raise SystemExit(1)
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
+from routing_harness import KEY, build_routing_repository, infer_body, rollout
 
 from harness.servers import ServerProcess, running_server
-from routing_harness import KEY, build_routing_repository, infer_body, rollout
 from servelab.bench.net import free_port
 
 pytestmark = pytest.mark.timeout(900)

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from routing_harness import AUTH, KEY, X, build_routing_repository, drive, infer_body, rollout
 from tritonclient.utils import InferenceServerException
 
 from harness.clients import infer_input
 from harness.servers import ServerProcess, running_server
-from routing_harness import AUTH, KEY, X, build_routing_repository, drive, infer_body, rollout
 from servelab.protocol import rollout_pb2 as rpb
 from servelab.protocol import rollout_pb2_grpc as rpb_grpc
 
@@ -124,9 +124,8 @@ def test_an_unknown_label_or_version_is_a_clear_404(http: httpx.Client, path: st
 
 
 def test_an_unknown_label_is_not_found_over_grpc(server: ServerProcess) -> None:
-    with grpcclient.InferenceServerClient(server.grpc_address) as client:
-        with pytest.raises(InferenceServerException) as err:
-            client.infer("ab", [infer_input(grpcclient, "x", X)], model_version="nosuch")
+    with grpcclient.InferenceServerClient(server.grpc_address) as client, pytest.raises(InferenceServerException) as err:
+        client.infer("ab", [infer_input(grpcclient, "x", X)], model_version="nosuch")
     assert err.value.status() == "StatusCode.NOT_FOUND" and "no version label 'nosuch'" in str(err.value)
 
 

@@ -179,8 +179,13 @@ def test_past_its_capacity_the_shadow_pool_sheds_and_never_waits() -> None:
     pool = ShadowPool(threads=1, capacity=2)
     release = threading.Event()
     ran: list[int] = []
+
+    def held() -> None:
+        release.wait(30)
+        ran.append(1)
+
     try:
-        assert pool.submit(lambda: (release.wait(30), ran.append(1)) and None)
+        assert pool.submit(held)
         assert pool.submit(lambda: ran.append(2))
         assert not pool.submit(lambda: ran.append(3))  # full: shed at once, the caller goes on
         assert pool.shed == 1 and pool.in_flight == 2

@@ -37,9 +37,9 @@ def _findings(path: Path) -> list[str]:
                 found.append(f"{where}: calls .serving() (the registry's version map)")
             if node.func.attr == "get" and _is_versions(node.func.value):
                 found.append(f"{where}: picks from a versions mapping with .get()")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min", "sorted"):
-            if node.func.id != "sorted" and any(_is_versions(a) for a in node.args):
-                found.append(f"{where}: {node.func.id}() over a versions mapping")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min")
+                and any(_is_versions(a) for a in node.args)):
+            found.append(f"{where}: {node.func.id}() over a versions mapping")
         if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Del):  # `del x.versions[:]` edits a proto
             if _is_versions(node.value):
                 found.append(f"{where}: indexes a versions mapping")
