@@ -168,8 +168,12 @@ class Router:
 
     # ----- choosing -----
     def _plain(self, name: str, version: str) -> LoadedVersion:
-        if not version:
-            return self._lookup(Target(name))
+        if not version:  # the hot path of unrouted models: the newest, no allocation
+            versions = self.registry.serving(name)
+            lv = versions[max(versions)]
+            if lv.scheduler.available:
+                return lv
+            return self._lookup(Target(name))  # raises, saying why
         chosen = _explicit(version)
         if isinstance(chosen, str):
             self.registry.serving(name)  # unknown model first
