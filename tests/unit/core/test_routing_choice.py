@@ -199,3 +199,17 @@ def test_past_its_capacity_the_shadow_pool_sheds_and_never_waits() -> None:
     finally:
         release.set()
         pool.close()
+
+
+def test_top1_agreement_gate_passes_on_the_same_argmax_and_fails_below_its_threshold() -> None:
+    rollout = _rollout(agreement_sample=1.0, gates=Gates(min_samples=2, min_top1_agreement=0.9, p99_slack_ms=100))
+    assert rollout.comparison is not None
+    scores = np.array([[0.1, 0.9], [0.7, 0.3]], np.float32)
+    for _ in range(2):
+        rollout.comparison.record(*compare_outputs({"y": scores}, {"y": scores * 1.5}), 0.001, 0.001)
+    _feed(rollout, 10, 0.001, 0.001)
+    gate = rollout.gates()[-1]
+    assert (gate.name, gate.value, gate.passed) == ("top1_agreement", 1.0, True)  # values differ, top-1 agrees
+    rollout.comparison.record(*compare_outputs({"y": scores}, {"y": scores[:, ::-1]}), 0.001, 0.001)
+    decision = rollout.evaluate(now=1.0)
+    assert decision is not None and "gate top1_agreement failed: top-1 agrees on 4 of 6 rows" in decision.reason

@@ -194,3 +194,27 @@ def test_routing_metrics_are_labelled_by_variant(repo: Path) -> None:
     share = [s for f in text_string_to_metric_families(text) if f.name == "servelab_routing_traffic_share"
              for s in f.samples]
     assert {s.labels["variant"]: round(s.value, 6) for s in share} == {"stable": 0.95, "canary": 0.05}
+
+
+def test_a_split_between_models_and_a_policy_shadow_with_its_comparison(repo: Path) -> None:
+    scale_model(repo, "other", {1: 5.0})
+    (repo / "m" / "routing.yaml").write_text(textwrap.dedent("""\
+        default: "1"
+        sticky: {parameter: user}
+        split: [{version: 1, weight: 1}, {model: other, weight: 1, name: other-model}]
+        shadow: {version: 3, sample: 1.0}
+    """))
+    dataplane = _dataplane(repo)
+    try:
+        answers = {_y(dataplane) for _ in range(200)}
+        assert answers == {1.0, 5.0}  # half of the unversioned requests go to the other model
+        _drain(dataplane)
+        status = dataplane.rollout_status("m")
+        assert status["split"][1] == {"variant": "other-model", "model": "other", "version": None, "weight": 1.0}
+        shadow = status["shadow"]  # copies of m's own requests (not other's) to version 3, compared
+        on_m = sum(v["requests"] for v in status["variants"] if v["model"] == "m")
+        assert shadow["compared"] + shadow["shed"] + shadow["failed"] == on_m and shadow["compared"] > 0
+        assert shadow["abs_diff"]["max"] == pytest.approx(2.0) and shadow["abs_diff"]["p50"] == pytest.approx(2.0)
+        assert set(shadow["latency_ms"]) == {"primary", "v3"} and shadow["latency_ms"]["v3"]["p99"] > 0
+    finally:
+        dataplane.close()
