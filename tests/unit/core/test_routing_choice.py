@@ -213,3 +213,16 @@ def test_top1_agreement_gate_passes_on_the_same_argmax_and_fails_below_its_thres
     rollout.comparison.record(*compare_outputs({"y": scores}, {"y": scores[:, ::-1]}), 0.001, 0.001)
     decision = rollout.evaluate(now=1.0)
     assert decision is not None and "gate top1_agreement failed: top-1 agrees on 4 of 6 rows" in decision.reason
+
+
+def test_at_100_percent_stable_s_last_window_stays_the_p99_baseline() -> None:
+    rollout = _rollout(steps=[50, 100], min_dwell_s=0)
+    _feed(rollout, 10, 0.010, 0.010)
+    decision = rollout.evaluate(now=1.0)
+    assert decision is not None and decision.action == "advance"
+    rollout.advance(now=1.0)
+    assert rollout.share == 1.0 and rollout.stable.snapshot().requests == 10  # kept: no live stable traffic now
+    for _ in range(10):
+        rollout.candidate.record(True, 0.050)
+    decision = rollout.evaluate(now=2.0)
+    assert decision is not None and decision.action == "rollback" and "p99_ms" in decision.reason

@@ -98,9 +98,9 @@ class Rollout:
         self.last_gates: list[GateResult] = []
         self._new_step(time.monotonic() if now is None else now)
 
-    def _new_step(self, now: float) -> None:
+    def _new_step(self, now: float, stable: SideWindow | None = None) -> None:
         self.step_started = now
-        self.stable = SideWindow(self.capacity)
+        self.stable = stable if stable is not None else SideWindow(self.capacity)
         self.candidate = SideWindow(self.capacity)
         measured = self.state.shadow_step or self.state.spec.agreement_sample > 0
         self.comparison: Comparison | None = Comparison(STABLE, CANARY, self.capacity) if measured else None
@@ -148,10 +148,13 @@ class Rollout:
                 f"and {self.candidate.snapshot().requests} candidate requests: {shown}")
 
     def advance(self, now: float | None = None) -> None:
-        """Go to the next step (the caller persists the state)."""
+        """Go to the next step (the caller persists the state). At 100% stable gets no live requests: its
+        window of the step before stays the P99 baseline (agreement copies add to it)."""
+        previous = self.stable
         self.state.step += 1
         self.state.step_started_at = time.time()
-        self._new_step(time.monotonic() if now is None else now)
+        keep = previous if self.state.percent >= 100 else None
+        self._new_step(time.monotonic() if now is None else now, keep)
 
     def finish(self, status: Status, reason: str) -> None:
         self.state.status, self.state.reason = status, reason
