@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 REPO   := examples/repository
 
-.PHONY: help venv demo test test-fast lint bench clean browser
+.PHONY: help venv demo test test-fast lint bench clean browser prometheus
 
 help:
 	@echo "make demo   - set up, build the example repository, serve it and compare runtimes"
@@ -37,7 +37,13 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
 	  echo "chromium not installed: the HTML report test will skip"
 
-test: $(STAMP) browser lint
+# Prometheus for the dashboard test (Debian's package, the same way); without it that test skips and says why.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) ; } || \
+	  echo "prometheus not installed: the dashboard test will skip"
+
+test: $(STAMP) browser prometheus lint
 	$(PY) -m pytest -q tests
 
 test-fast: $(STAMP)
@@ -57,7 +63,8 @@ bench: $(STAMP) $(REPO)/.built
 	$(PY) benchmarks/grpc_event_engine.py
 	$(PY) benchmarks/batching.py
 	$(PY) benchmarks/loadgen_ceiling.py
-	$(PY) benchmarks/soak.py
+	$(PY) benchmarks/soak.py --rollout
+	$(PY) benchmarks/shadow_overhead.py
 	$(VENV)/bin/servelab compare mlp --repo $(REPO) --targets servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver,mlserver@grpc --batch-sizes 1,32 --concurrency 8 --baseline inprocess-ort --output benchmarks/results/compare.json --html out/compare.html --results-md benchmarks/RESULTS.md
 	$(PY) benchmarks/vs_triton.py
 	$(PY) benchmarks/ray_overhead.py

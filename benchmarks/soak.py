@@ -1,6 +1,6 @@
 """Soak: a long open-loop run at 70% of the measured maximum throughput, with a model reload every minute.
 
-    python benchmarks/soak.py [--duration-s 600] [--reload-every-s 60] [--load-fraction 0.7]
+    python benchmarks/soak.py [--duration-s 600] [--reload-every-s 60] [--load-fraction 0.7] [--rollout]
 
 1. Starts ``servelab serve`` on 127.0.0.1 (explicit model control, Triton's ``simple``: INT32 [1, 16]
    add/sub on ONNX Runtime, built into a temporary repository).
@@ -12,8 +12,13 @@
 4. Passes when no accepted request failed (every sent request answered 200, reloads included) and the
    RSS at the end is within 5% of the RSS after warm-up (``--warmup-s``).
 
+With ``--rollout`` the model has versions 1 and 2 (the same files) and a staged canary of version 2
+runs through the whole soak (steps 5, 20, 100% of ``--duration-s`` / 4 each, gates live, output
+agreement on 10% of the canary's requests), so that routing, shadow copies and the gates are soaked
+with the reloads; it must end promoted or still running (a rollback of an identical candidate would be
+a gate firing on noise), and its history is reported.
+
 Prints a table, writes benchmarks/results/soak.json and its own marked section of benchmarks/RESULTS.md.
-A rollout in progress is not part of the run yet: servelab has no rollout API so far.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,7 +60,7 @@ REQUESTS = [{"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16), "INPUT1": n
 
 
 # ----- the server -----
-def _build_repo(root: Path) -> Path:
+def _build_repo(root: Path, rollout: bool) -> Path:
     spec = importlib.util.spec_from_file_location("build_repository", ROOT / "examples" / "build_repository.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -62,7 +68,37 @@ def _build_repo(root: Path) -> Path:
     repo = root / "repo"
     repo.mkdir()
     module.build_simple(repo)
+    if rollout:  # version 2 beside 1, the default pinned to stable = 1 until the rollout moves it
+        folder = repo / MODEL
+        shutil.copytree(folder / "1", folder / "2")
+        config = folder / "config.pbtxt"
+        config.write_text(config.read_text() + "\nversion_policy: { all: {} }\n")
+        (folder / "routing.yaml").write_text("default: stable\nlabels: {stable: 1}\n")
     return repo
+
+
+def _rollout_spec(duration_s: float) -> dict[str, Any]:
+    """Three steps over the soak; gates with room for the noise of two identical versions under 70% load: a
+    reload stalls the event loop for every request in flight, which is a larger share of the canary's few
+    samples at 5% than of stable's, so the P99 gate needs many samples (500) and some slack (25% + 5 ms)."""
+    return {"candidate": "2", "steps": [5, 20, 100], "min_dwell_s": duration_s / 4, "min_requests": 100,
+            "agreement_sample": 0.1, "gates": {"p99_max_increase": 0.25, "p99_slack_ms": 5.0, "min_samples": 500}}
+
+
+def _rollout_call(url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    status, text = http_status(f"{url}/v2/models/{MODEL}/rollout", "POST" if data else "GET", data, timeout_s=30)
+    if status != 200:
+        raise SystemExit(f"rollout API answered {status}: {text[:300]!r}")
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def _rollout_summary(status: dict[str, Any]) -> dict[str, Any]:
+    r = status["rollout"]
+    return {"status": r["status"], "step": r["step"], "percent": r["percent"], "reason": r["reason"],
+            "events": [f"{h['event']}" + (f" {h['percent']:g}%" if h.get("percent") is not None else "")
+                       for h in status["history"]],
+            "pass": r["status"] in ("running", "promoted")}
 
 
 def _start_server(repo: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -196,6 +232,11 @@ def results_markdown(doc: dict[str, Any]) -> str:
         lines.append(f"| {w['window']} | {w['requests']} | {w['rps']:.0f} | {w['p50_ms']:.2f} | {w['p99_ms']:.2f} "
                      f"| {sum(w['errors'].values())} |")
     verdict = "PASS" if s["pass"] else "FAIL"
+    rollout = doc.get("rollout")
+    if rollout is not None:
+        lines += ["", f"Rollout of version 2 during the soak (`--rollout`): {rollout['status']} at step {rollout['step']} "
+                  f"({rollout['percent']:g}%); history: {', '.join(rollout['events'])}"
+                  + (f"; reason: {rollout['reason']}" if rollout["reason"] else "") + "."]
     lines += [
         "",
         f"{verdict}: {s['sent']} sent, {s['completed']} answered 200, {s['failed']} failed (bar: 0); server RSS "
@@ -215,6 +256,7 @@ def main() -> None:
     parser.add_argument("--load-fraction", type=float, default=0.7, help="share of the measured maximum offered")
     parser.add_argument("--max-concurrency", type=int, default=32, help="requests in flight for the maximum")
     parser.add_argument("--probe-interval-ms", type=int, default=2000, help="window of the maximum-throughput probe")
+    parser.add_argument("--rollout", action="store_true", help="run a staged canary of version 2 through the soak")
     parser.add_argument("--output", type=Path, default=RESULT)
     parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
     parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
@@ -223,12 +265,17 @@ def main() -> None:
     args.warmup_s = args.warmup_s if args.warmup_s is not None else min(60.0, args.duration_s / 4)
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = _start_server(_build_repo(Path(tmp)))
+        proc, url = _start_server(_build_repo(Path(tmp), args.rollout))
+        rollout: dict[str, Any] | None = None
         try:
             target = TargetSpec("oip-http", url, binary=True, server_pid=proc.pid)
             max_rps = asyncio.run(_max_throughput(target, args.max_concurrency, args.probe_interval_ms))
             console.print(f"maximum throughput: {max_rps:.0f} req/s; soaking at {args.load_fraction:.0%}")
+            if args.rollout:
+                _rollout_call(url, _rollout_spec(args.duration_s))
             soak = asyncio.run(_soak(target, proc.pid, url, max_rps * args.load_fraction, args))
+            if args.rollout:
+                rollout = _rollout_summary(_rollout_call(url))
         finally:
             code = _stop_server(proc)
     doc = {
@@ -237,13 +284,15 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "max_rps": max_rps, "soak": soak, "server_exit_code": code,
     }
+    if rollout is not None:
+        doc["rollout"] = rollout
     console.print(_table(max_rps, soak))
     console.print(results_markdown(doc).splitlines()[-1])
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(doc, indent=2) + "\n")
     if args.results_md is not None:
         write_section(args.results_md, SECTION, results_markdown(doc))
-    if not soak["pass"] or code != 0:
+    if not soak["pass"] or code != 0 or (rollout is not None and not rollout["pass"]):
         raise SystemExit(1)
 
 

@@ -1,8 +1,10 @@
 """`servelab deploy ray` on a local Ray instance (127.0.0.1), driven with tritonclient over HTTP.
 
 One Ray for the module: the example repository (examples/build_repository.py, without the graph models)
+plus ``routed`` (two versions with the same answers, split 80/20 by its routing.yaml, sticky by a header)
 is deployed once, every model's answers are compared with a `servelab serve` of the same folder, then
-``simple`` is scaled to two replicas and both are shown to serve. Ray is shut down at the end.
+``simple`` and ``routed`` are scaled to two replicas and both are shown to serve (``routed``: with the split
+and its stickiness holding across them). Ray is shut down at the end.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
+from harness.repository import scale_model
 from harness.servers import HOST, ServerProcess, running_server
 
 ray = pytest.importorskip("ray", reason="the ray extra (servelab[ray]) is part of the dev extra")
@@ -45,7 +48,11 @@ def _build_examples(out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def example_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _build_examples(tmp_path_factory.mktemp("examples") / "repository")
+    root = _build_examples(tmp_path_factory.mktemp("examples") / "repository")
+    scale_model(root, "routed", {1: 2.0, 2: 2.0}, "version_policy: { all: {} }\n")
+    (root / "routed" / "routing.yaml").write_text(
+        "sticky: {header: x-user-id}\nsplit:\n  - {version: 1, weight: 80}\n  - {version: 2, weight: 20}\n")
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +110,7 @@ def test_every_model_answers_as_servelab_serve(deployed: ray_deploy.RayDeploymen
     ray_client = httpclient.InferenceServerClient(deployed.http_url.removeprefix("http://"))
     ref_client = httpclient.InferenceServerClient(reference.http_address)
     assert ray_client.is_server_live() and ray_client.is_server_ready()
-    expected_models = sorted(row["name"] for row in ref_client.get_model_repository_index())
+    expected_models = sorted({row["name"] for row in ref_client.get_model_repository_index()})  # a row per version
     assert sorted(deployed.models) == expected_models
     for model in deployed.models:
         assert ray_client.is_model_ready(model)
@@ -119,7 +126,7 @@ def test_every_model_answers_as_servelab_serve(deployed: ray_deploy.RayDeploymen
 def test_front_application_answers_the_server_routes(deployed: ray_deploy.RayDeployment, reference: ServerProcess) -> None:
     with httpx.Client(base_url=deployed.http_url, timeout=30) as client:
         index = client.post("/v2/repository/index").json()
-        assert [r["name"] for r in index] == sorted(deployed.models)
+        assert sorted({r["name"] for r in index}) == sorted(deployed.models)  # one row per version
         assert all(r["state"] == "READY" for r in index)
         assert client.get("/v2").json()["name"] == "servelab"
         refused = client.post("/v2/repository/models/simple/unload")
@@ -193,12 +200,26 @@ def test_keys_hold_at_every_replica_s_door(deployed: ray_deploy.RayDeployment, s
         assert allowed.status_code == 200 and allowed.json()["outputs"][0]["data"] == [2 * i for i in range(16)]
 
 
-def test_a_rollout_split_is_honoured_across_replicas(deployed: ray_deploy.RayDeployment) -> None:
-    """To enable when servelab.core.routing (issue #11) lands: a model with versions 1 and 2, a weighted
-    split 80/20 with a sticky request key in its policy file, scaled to two replicas; 200 keys, each sent
-    5 times: every key's answers name one version (whichever replica answered) and the share of keys on
-    version 2 is 20% within a binomial tolerance. Each replica reads the same policy from the repository
-    and hashes the key the same way, so nothing is shared between replicas."""
-    if importlib.util.find_spec("servelab.core.routing") is None:
-        pytest.skip("servelab.core.routing (issue #11) has not landed: no rollout split can be expressed yet")
-    pytest.skip("routing has landed: write the policy file in its format and the assertions above")
+def test_a_rollout_split_is_honoured_across_replicas(
+    deployed: ray_deploy.RayDeployment, settings: ServerSettings
+) -> None:
+    """``routed`` (versions 1 and 2, split 80/20 sticky by ``x-user-id`` in its routing.yaml) on two replicas:
+    200 keys, each sent 5 times: every key's answers name one version, whichever replica answered, and the
+    share of keys on version 2 is 20% within a binomial tolerance. Each replica reads the same policy from the
+    repository and hashes the key the same way (blake2b), so nothing is shared between replicas."""
+    ray_deploy.scale(settings, "routed", 2)
+    assert _running_replicas("routed") == 2
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
+    keys = [f"user-{i}" for i in range(200)]
+    seen: dict[str, set[str]] = {k: set() for k in keys}
+    with httpx.Client(base_url=deployed.http_url, timeout=60) as client:
+        for _ in range(5):
+            for key in keys:
+                r = client.post("/v2/models/routed/infer", json=body, headers={"x-user-id": key})
+                assert r.status_code == 200, r.text
+                seen[key].add(r.json()["model_version"])
+    assert all(len(v) == 1 for v in seen.values()), {k: v for k, v in seen.items() if len(v) != 1}
+    on_two = sum(v == {"2"} for v in seen.values())
+    assert abs(on_two - 40) <= 5 * (200 * 0.2 * 0.8) ** 0.5, on_two  # 20% of 200 keys, 5 sigma
+    counts = _replica_counts("routed")
+    assert len(counts) == 2 and all(c > 0 for c in counts.values()), counts  # both replicas answered keys

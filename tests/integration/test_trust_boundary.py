@@ -170,7 +170,7 @@ def test_torchserve_register_by_folder_name_still_works(management: httpx.Client
         ("GET", "/v1/models/%2E%2E/metadata", NAME_RULE),
         ("POST", "/v1/models/ident/versions/x1:predict", "model version 'x1' is not valid"),
         ("POST", "/predictions/%2E%2E", NAME_RULE),
-        ("POST", "/predictions/ident/abc", "model version 'abc' is not valid"),
+        ("POST", "/predictions/ident/a%20b", "model version 'a b' is not valid"),  # 'abc' would be a label: 404
     ],
 )
 def test_infer_routes_refuse_bad_names_and_versions(

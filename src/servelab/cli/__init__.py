@@ -1,4 +1,5 @@
-"""The ``servelab`` command: serve | bench | compare | convert | select | graph | demo | deploy | check-triton | import.
+"""The ``servelab`` command: serve | bench | compare | convert | select | graph | demo | deploy | check-triton | import
+| rollout.
 
 Each sub-command lives in its own module of this package and is registered here. Importing this
 package changes nothing in the process (and imports no grpc); :func:`main`, which owns the process,
@@ -17,6 +18,7 @@ from servelab.cli import demo as _demo
 from servelab.cli import deploy as _deploy
 from servelab.cli import graph as _graph
 from servelab.cli import import_ as _import
+from servelab.cli import rollout as _rollout
 from servelab.cli import select as _select
 from servelab.cli import serve as _serve
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, SERVER_EXPERIMENTS, disable_grpc_experiments
@@ -36,6 +38,7 @@ _deploy.register(app)
 _check_triton.register(app)
 app.add_typer(_graph.app, name="graph", help="GraphSAGE: build, synthesise, train and export graphs and models.")
 _import.register(app)
+app.add_typer(_rollout.app, name="rollout", help="Release safely: shadow -> staged canary with live gates -> promote.")
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from pydantic import SecretStr, ValidationError
 __all__ = ["build_settings", "register", "serve"]
 
 #: settings groups whose flags merge into the file's / environment's values instead of replacing them
-_NESTED = ("limits", "auth", "tls", "tfserving")
+_NESTED = ("limits", "auth", "tls", "tfserving", "routing")
 
 
 def build_settings(repositories: list[Path], settings_file: Path | None, **flags: Any) -> Any:
@@ -95,6 +95,7 @@ def serve(
     tfserving_file_poll: Annotated[float | None, typer.Option("--file-system-poll-wait-seconds", "--file_system_poll_wait_seconds", help="Look for new version folders this often [1; 0 = at start only].")] = None,
     tfserving_batching: Annotated[bool, typer.Option("--enable-batching", "--enable_batching", help="TF Serving batching for every batching signature.")] = False,
     tfserving_batching_file: Annotated[Path | None, typer.Option("--batching-parameters-file", "--batching_parameters_file", help="TF Serving BatchingParameters file (implies --enable-batching).")] = None,
+    routing_state: Annotated[Path | None, typer.Option("--routing-state", help="sqlite file keeping rollouts, default versions and their audit log across restarts [in memory].")] = None,
     settings_file: Annotated[Path | None, typer.Option("--settings", help="JSON settings file.")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error.")] = "info",
 ) -> None:
@@ -140,6 +141,7 @@ def serve(
                 "file_system_poll_s": tfserving_file_poll, "enable_batching": tfserving_batching or None,
                 "batching_parameters_file": tfserving_batching_file,
             },
+            routing={"state_db": routing_state},
         )
     except (ValidationError, ValueError) as exc:
         typer.echo(f"error: invalid settings: {exc}", err=True)

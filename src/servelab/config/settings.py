@@ -328,6 +328,26 @@ class TfServingSettings(BaseModel):
         return min(positive) if positive else 1.0
 
 
+class RoutingSettings(BaseModel):
+    """Version routing (core/routing): where rollout state persists, how gates are evaluated, the shadow budget."""
+
+    state_db: Path | None = Field(
+        None, description="sqlite file holding rollouts, default versions, labels set by promotions and the audit "
+        "log, so that a restart resumes a rollout at the step it was at; unset = kept in memory (lost at restart).",
+    )
+    evaluate_every_s: float = Field(1.0, gt=0, description="How often the gates of running rollouts are evaluated.")
+    shadow_threads: int = Field(
+        2, ge=1, le=64, description="Threads that run shadow copies: their own executor, apart from the primaries."
+    )
+    shadow_queue: int = Field(
+        64, ge=1, description="Shadow copies waiting or running at once; past it new copies are shed (counted), the "
+        "primary request is never delayed.",
+    )
+    window_samples: int = Field(
+        20000, ge=100, description="Latency samples kept per variant and rollout step for the P99 gate (the newest)."
+    )
+
+
 class ServerSettings(BaseSettings):
     """Everything `servelab serve` needs. Flags override SERVELAB_* variables, which override the settings
     file, which overrides the defaults (see :meth:`from_file`)."""
@@ -362,6 +382,9 @@ class ServerSettings(BaseSettings):
     deploy: DeploySettings = Field(default_factory=DeploySettings, description="servelab deploy: Ray Serve and Kubernetes.")
     tfserving: TfServingSettings = Field(
         default_factory=TfServingSettings, description="Serve a TF Serving model config (TF Serving's flags)."
+    )
+    routing: RoutingSettings = Field(
+        default_factory=RoutingSettings, description="Version routing: rollout state file, gate evaluation, shadow budget."
     )
 
     @model_validator(mode="after")

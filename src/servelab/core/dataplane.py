@@ -1,13 +1,16 @@
 """The single handler every front-end calls: health, metadata, config, infer, statistics, repository.
 
 Front-ends only translate their wire format to and from :mod:`servelab.types`; everything a request
-goes through (lookup, validation, scheduling, output selection, classification, statistics) is here,
-once, so that REST, gRPC, the compatibility APIs and the in-process Engine behave the same.
+goes through is here, once, so that REST, gRPC, the compatibility APIs, the in-process Engine,
+ensemble steps and BLS calls behave the same: the router picks the version (:mod:`servelab.core.routing`),
+the request is validated against that version's config, scheduled, its outputs selected and classified,
+and its statistics, variant counts and shadow copy recorded. The three entry points (sync, async, numpy)
+differ only in how they wait for the scheduler.
 
 Decoupled models (``model_transaction_policy { decoupled: true }``) answer a request with any number
 of responses: :meth:`DataPlane.infer_stream` (gRPC ModelStreamInfer; BLS ``exec(decoupled=True)``
-through ``_internal_stream``); asked for one response, the python backend refuses them, as Triton's
-HTTP endpoint and ModelInfer RPC do.
+through ``_internal_stream``), routed like any request; asked for one response, the python backend
+refuses them, as Triton's HTTP endpoint and ModelInfer RPC do.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from typing import Any
 import numpy as np
 
 from servelab.backends.base import Inputs, Outputs, StreamItem, StreamRequest
+from servelab.config.settings import RoutingSettings
 from servelab.core.classification import classify
 from servelab.core.registry import LoadedVersion, ModelRegistry, ModelState
+from servelab.core.routing import HeaderLookup, RolloutControl, Routed, Router
 from servelab.core.scheduling import request_rows
 from servelab.core.workers import AsyncSink, StreamSink, ThreadSink, WorkerInstance, start_stream
-from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
+from servelab.errors import ErrorCode, InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import config_from_json
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
@@ -66,6 +71,16 @@ def _decoupled(lv: LoadedVersion) -> bool:
     return lv.config.model_transaction_policy.decoupled
 
 
+@dataclass(slots=True)
+class _Call:
+    """One request between routing and its answer."""
+
+    lv: LoadedVersion
+    routed: Routed | None
+    inputs: Inputs
+    t0: int
+
+
 class DataPlane:
     def __init__(
         self,
@@ -74,8 +89,12 @@ class DataPlane:
         request_timeout_s: float = 60.0,
         extensions: tuple[str, ...] = BASE_EXTENSIONS,
         strict_readiness: bool = True,
+        routing: RoutingSettings | None = None,
     ) -> None:
         self.registry = registry
+        #: the one place that picks a version (labels, splits, rollouts, shadows)
+        self.router = Router(registry, routing)
+        self.rollouts = RolloutControl(self.router)
         self.request_timeout_s = request_timeout_s
         self.extensions = list(extensions)
         self.strict_readiness = strict_readiness
@@ -111,10 +130,14 @@ class DataPlane:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(self.extensions)}
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        return self.registry.is_ready(name, version)
+        try:
+            self.router.resolve(name, version)
+        except ServelabError:
+            return False
+        return True
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        lv = self.registry.get(name, version)
+        lv = self.router.resolve(name, version)
         record = self.registry.record(name)
         sig = lv.signature
 
@@ -132,89 +155,112 @@ class DataPlane:
         }
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
-        return self.registry.get(name, version).config
+        return self.router.resolve(name, version).config
 
-    # ----- inference -----
-    def infer(self, request: InferRequest) -> InferResponse:
+    # ----- routing: default versions, labels, rollouts (core/routing decides) -----
+    def resolve_version(self, name: str, version: str = "") -> str:
+        """The version number a version, a label or nothing (the default) names now."""
+        return str(self.router.resolve(name, version).version)
+
+    def labels(self, name: str) -> dict[str, int]:
+        return self.router.labels(name)
+
+    def set_default_version(self, name: str, version: str | None) -> None:
+        """Pin the version (or label) requests without one go to; None: back to the policy's or the newest."""
+        self.rollouts.set_default(name, version)
+
+    def rollout_status(self, name: str) -> dict[str, Any]:
+        return self.rollouts.status(name)
+
+    def start_rollout(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.rollouts.start(name, spec)
+
+    def rollout_action(self, name: str, action: str) -> dict[str, Any]:
+        """pause | resume | abort | promote."""
+        return self.rollouts.act(name, action)
+
+    # ----- inference: one path -----
+    def infer(self, request: InferRequest, headers: HeaderLookup | None = None) -> InferResponse:
         """Synchronous inference (in-process callers and worker threads)."""
-        t0 = time.perf_counter_ns()
-        lv = self.registry.get(request.model_name, request.model_version)
+        call = self._enter(request.model_name, request.model_version, request.parameters, headers,
+                           request.inputs, request.outputs)
         try:
-            inputs = lv.signature.check_tensors(request.inputs)
-            self._check_requested(lv, request.outputs)
-            outputs = lv.scheduler.run(inputs)
-            response = self._response(lv, request, outputs)
-        except ServelabError:
-            lv.stats.record_request(False, time.perf_counter_ns() - t0)
+            t0 = time.perf_counter_ns()
+            outputs = call.lv.scheduler.run(call.inputs)
+            serve_ns = time.perf_counter_ns() - t0
+            response = self._response(call.lv, request, outputs)
+        except ServelabError as exc:
+            self._failed(call, exc)
             raise
-        lv.stats.record_request(True, time.perf_counter_ns() - t0)
+        self._leave(call, outputs, serve_ns)
         return response
 
-    async def infer_async(self, request: InferRequest) -> InferResponse:
-        """Inference for the servers: validation here, the runtime in a worker, a timeout on the whole."""
-        t0 = time.perf_counter_ns()
-        lv = self.registry.get(request.model_name, request.model_version)
+    async def infer_async(self, request: InferRequest, headers: HeaderLookup | None = None) -> InferResponse:
+        """Inference for the servers: the runtime in a worker, a timeout on the whole.
+
+        ``headers`` (HTTP headers, gRPC metadata) are read only for a routing policy's sticky key.
+        """
+        call = self._enter(request.model_name, request.model_version, request.parameters, headers,
+                           request.inputs, request.outputs)
         try:
-            inputs = lv.signature.check_tensors(request.inputs)
-            self._check_requested(lv, request.outputs)
+            t0 = time.perf_counter_ns()
             try:
                 # asyncio.timeout, not wait_for: no extra task and loop turns for a model run inline
                 async with asyncio.timeout(self.request_timeout_s):
-                    outputs = await lv.scheduler.run_async(inputs, request.parameters)
+                    outputs = await call.lv.scheduler.run_async(call.inputs, request.parameters)
             except TimeoutError:
                 raise Unavailable(
                     f"model '{request.model_name}' did not answer within {self.request_timeout_s:g} s"
                 ) from None
-            response = self._response(lv, request, outputs)
-        except ServelabError:
-            lv.stats.record_request(False, time.perf_counter_ns() - t0)
+            serve_ns = time.perf_counter_ns() - t0
+            response = self._response(call.lv, request, outputs)
+        except ServelabError as exc:
+            self._failed(call, exc)
             raise
-        lv.stats.record_request(True, time.perf_counter_ns() - t0)
+        self._leave(call, outputs, serve_ns)
         return response
 
     def infer_arrays(
         self, name: str, inputs: dict[str, np.ndarray], version: str = "", outputs: list[str] | None = None
     ) -> dict[str, np.ndarray]:
-        """The in-process fast path: numpy in, numpy out, same validation and statistics."""
-        t0 = time.perf_counter_ns()
-        lv = self.registry.get(name, version)
+        """The in-process fast path: numpy in, numpy out; the same route, validation and statistics."""
+        requested = [RequestedOutput(n) for n in outputs] if outputs is not None else []
+        call = self._enter(name, version, None, None, inputs, requested)
         try:
-            checked = lv.signature.check_arrays(inputs)
-            result = lv.signature.client_outputs(lv.scheduler.run(checked))
-            if outputs is not None:
-                lv.signature.check_outputs(outputs)
-                result = {n: result[n] for n in outputs}
-            elif len(result) != len(lv.signature.outputs):
-                result = {n: result[n] for n in lv.signature.outputs if n in result}
-        except ServelabError:
-            lv.stats.record_request(False, time.perf_counter_ns() - t0)
+            t0 = time.perf_counter_ns()
+            result = call.lv.signature.client_outputs(call.lv.scheduler.run(call.inputs))
+            serve_ns = time.perf_counter_ns() - t0
+            selected = self._select(call.lv, result, outputs)
+        except ServelabError as exc:
+            self._failed(call, exc)
             raise
-        lv.stats.record_request(True, time.perf_counter_ns() - t0)
-        return result
+        self._leave(call, result, serve_ns)
+        return selected
 
-    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[Streamed, None]:
+    async def infer_stream(
+        self, request: InferRequest, headers: HeaderLookup | None = None
+    ) -> AsyncGenerator[Streamed, None]:
         """Every response to ``request``: a decoupled model's zero, one or many, one for any other model.
 
         Each response carries ``triton_final_response``; a decoupled model's final response without
         outputs is sent only when the request sets ``triton_enable_empty_final_response``. A response
         that fails is an error item (the request's stream may go on); bad input raises at once.
         """
-        lv = self.registry.get(request.model_name, request.model_version)
-        if not _decoupled(lv):
-            response = await self.infer_async(request)
+        if not _decoupled(self.router.resolve(request.model_name, request.model_version)):
+            response = await self.infer_async(request, headers)
             response.parameters[FINAL] = True
             yield Streamed(response)
             return
-        t0 = time.perf_counter_ns()
-        inputs = lv.signature.check_tensors(request.inputs)
-        self._check_requested(lv, request.outputs)
+        call = self._enter(request.model_name, request.model_version, request.parameters, headers,
+                           request.inputs, request.outputs)
+        lv = call.lv
         if any(r.class_count for r in request.outputs):
             raise Unsupported(f"model '{lv.name}' is decoupled: its outputs cannot be classified")
         wanted = [r.name for r in request.outputs]
         sink = AsyncSink(asyncio.get_running_loop())
         failed = False
         with lv.scheduler.track():
-            start_stream(lv.instances, StreamRequest(inputs, dict(request.parameters), wanted, request_id=request.id), sink)
+            start_stream(lv.instances, StreamRequest(call.inputs, dict(request.parameters), wanted, request_id=request.id), sink)
             try:
                 while True:
                     item = await self._next_item(lv, sink)
@@ -227,7 +273,7 @@ class DataPlane:
                         break
             finally:
                 sink.cancel()  # a no-op once the final response came
-                self._record_stream(lv, inputs, sink, not failed and sink.finished, t0)
+                self._record_stream(call, sink, not failed and sink.finished)
 
     async def _next_item(self, lv: LoadedVersion, sink: AsyncSink) -> StreamItem:
         try:
@@ -246,27 +292,31 @@ class DataPlane:
                           dict(asked[n].parameters) if n in asked else {}) for n in names]  # fmt: skip
         return InferResponse(lv.name, str(lv.version), tensors, request.id, {**item.parameters, FINAL: item.final})
 
-    def _record_stream(self, lv: LoadedVersion, inputs: Inputs, sink: StreamSink, ok: bool, t0: int) -> None:
+    @staticmethod
+    def _record_stream(call: _Call, sink: StreamSink, ok: bool) -> None:
+        lv = call.lv
         executed = sink.executed
         if executed is not None:
-            rows = request_rows(inputs, lv.config.max_batch_size > 0)
+            rows = request_rows(call.inputs, lv.config.max_batch_size > 0)
             lv.stats.record_execution(rows, 1, executed.input_ns, executed.infer_ns, executed.output_ns)
             if ok:
                 lv.stats.record_queue(executed.queue_ns)
-        lv.stats.record_request(ok, time.perf_counter_ns() - t0)
+        elapsed_ns = time.perf_counter_ns() - call.t0
+        lv.stats.record_request(ok, elapsed_ns)
+        if call.routed is not None:  # a stream's outputs are many: no shadow comparison, counts and latency only
+            call.routed.done(ok, elapsed_ns / 1e9 if ok else None, call.inputs, None)
 
     def _internal_stream(self, name: str, version: str, inputs: Inputs, parameters: dict[str, Any]) -> Iterator[StreamItem]:
         """How python models call a model and read every response (BLS ``exec(decoupled=True)``)."""
-        lv = self.registry.get(name, version)
-        if not _decoupled(lv):
+        if not _decoupled(self.router.resolve(name, version)):
             yield StreamItem(self.infer_arrays(name, inputs, version), final=True)
             return
-        t0 = time.perf_counter_ns()
-        checked = lv.signature.check_arrays(inputs)
+        call = self._enter(name, version, parameters, None, inputs, [])
+        lv = call.lv
         sink = ThreadSink()
         failed = False
         with lv.scheduler.track():
-            start_stream(lv.instances, StreamRequest(checked, dict(parameters), []), sink)
+            start_stream(lv.instances, StreamRequest(call.inputs, dict(parameters), []), sink)
             try:
                 while True:
                     item = sink.get(self.request_timeout_s) or StreamItem(
@@ -278,7 +328,37 @@ class DataPlane:
                         return
             finally:
                 sink.cancel()
-                self._record_stream(lv, checked, sink, not failed and sink.finished, t0)
+                self._record_stream(call, sink, not failed and sink.finished)
+
+    def _enter(
+        self, name: str, version: str, parameters: Mapping[str, Any] | None, headers: HeaderLookup | None,
+        inputs: list[Tensor] | dict[str, np.ndarray], requested: list[RequestedOutput],
+    ) -> _Call:
+        """Route (the router picks the version), then validate against that version's config."""
+        t0 = time.perf_counter_ns()
+        lv, routed = self.router.route(name, version, parameters, headers)
+        try:
+            if isinstance(inputs, dict):
+                arrays = lv.signature.check_arrays(inputs)
+            else:
+                arrays = lv.signature.check_tensors(inputs)
+            self._check_requested(lv, requested)
+        except ServelabError:
+            lv.stats.record_request(False, time.perf_counter_ns() - t0)
+            raise
+        return _Call(lv, routed, arrays, t0)
+
+    @staticmethod
+    def _leave(call: _Call, outputs: Outputs, serve_ns: int) -> None:
+        call.lv.stats.record_request(True, time.perf_counter_ns() - call.t0)
+        if call.routed is not None:
+            call.routed.done(True, serve_ns / 1e9, call.inputs, outputs)
+
+    @staticmethod
+    def _failed(call: _Call, exc: ServelabError) -> None:
+        call.lv.stats.record_request(False, time.perf_counter_ns() - call.t0)
+        if call.routed is not None:  # a request the model refused is the client's error, not the version's
+            call.routed.done(exc.code is ErrorCode.INVALID_ARG, None, call.inputs, None)
 
     def record_wire(self, response: InferResponse, decode_ns: int, encode_ns: int) -> None:
         """Front-ends report their decode and encode time per answered request (statistics ``wire_stats``)."""
@@ -288,7 +368,7 @@ class DataPlane:
                 lv.stats.record_wire(decode_ns, encode_ns)
 
     def _internal_infer(self, name: str, version: str, inputs: Inputs) -> Outputs:
-        """How ensembles call their steps: validated, scheduled and counted like any request."""
+        """How ensemble steps and python models' BLS calls re-enter: at the router, like any request."""
         return self.infer_arrays(name, inputs, version)
 
     def _check_requested(self, lv: LoadedVersion, requested: list[RequestedOutput]) -> None:
@@ -326,11 +406,22 @@ class DataPlane:
         lv.stats.compute_output.add(time.perf_counter_ns() - t0, 0)
         return InferResponse(lv.name, str(lv.version), tensors, request.id)
 
+    @staticmethod
+    def _select(lv: LoadedVersion, result: Outputs, outputs: list[str] | None) -> Outputs:
+        """The outputs asked for (all the config declares when none are named)."""
+        names = outputs if outputs is not None else list(lv.signature.outputs)
+        if outputs is None and len(result) == len(names):
+            return result
+        missing = [n for n in names if n not in result]
+        if missing and outputs is not None:
+            raise Unavailable(f"model '{lv.name}' produced no output {missing[0]!r}")
+        return {n: result[n] for n in names if n in result}
+
     # ----- statistics and repository -----
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """Triton's statistics extension; backends with stages of their own add ``stages``."""
         if name and version:
-            versions = [self.registry.get(name, version)]
+            versions = [self.router.resolve(name, version)]
         elif name:
             versions = [lv for _, lv in sorted(self.registry.record(name).versions.items())]
         else:
@@ -364,7 +455,10 @@ class DataPlane:
 
     def close(self, timeout_s: float | None = None) -> None:
         """Unload every model (within ``timeout_s`` if given: worker processes left are killed)."""
+        self.rollouts.close()
+        self.router.shadows.close()
         self.registry.close(timeout_s)
+        self.router.close()
 
 
 def _version_stats(lv: LoadedVersion) -> dict[str, Any]:

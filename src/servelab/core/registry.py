@@ -32,7 +32,7 @@ from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import ModelRepository, ModelSource
 from servelab.repository.config import read_config
 from servelab.repository.warmup import run_warmup
-from servelab.trust import check_model_name, check_version
+from servelab.trust import check_model_name
 
 __all__ = ["LoadedVersion", "ModelRecord", "ModelRegistry", "ModelState", "SchedulerFactory"]
 
@@ -114,19 +114,28 @@ class ModelRegistry:
         self.poll_secs = poll_secs
         #: the worker processes of every version whose instances run isolated
         self.workers = workers if workers is not None else WorkerPool()
-        #: set by the data plane so that ensembles can call other models
+        #: set by the data plane so that ensembles can call other models (through the router)
         self.infer_fn: InferFn | None = None
         #: set by the data plane: how python models call (decoupled) models and read every response
         self.infer_stream_fn: StreamFn | None = None
         #: set by the server: where python models' custom metrics go (its /metrics)
         self.custom_metrics: MetricStore | None = None
+        #: set by the router: whether a call to (model, version) never blocks (for ensembles' never_blocks)
+        self.never_blocks_fn: Callable[[str, str], bool] | None = None
+        #: set by the router: checks a model's routing before its new versions serve (raising fails the load)
+        #: and returns what to run once they do
+        self.on_load: Callable[[str, ModelSource], Callable[[], None]] | None = None
         self._records: dict[str, ModelRecord] = {}
         self._lock = threading.RLock()
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
 
     # ----- lookup (hot path: no lock, dict reads only) -----
-    def get(self, name: str, version: str = "") -> LoadedVersion:
+    def serving(self, name: str) -> dict[int, LoadedVersion]:
+        """The loaded versions of ``name`` (NotFound if unknown, Unavailable if none is loaded).
+
+        Which of them serves a request is decided above, in :mod:`servelab.core.routing` alone.
+        """
         record = self._records.get(name)
         if record is None:
             check_model_name(name)  # only on a miss: a loaded name passed it already
@@ -138,32 +147,17 @@ class ModelRegistry:
                 f"Request for unknown model: '{name}' has no available versions; the model is not ready "
                 f"({record.state.value}{reason})"
             )
-        if not version:
-            lv = versions[max(versions)]
-        else:
-            try:
-                lv = versions[int(version)]
-            except (ValueError, KeyError):
-                check_version(version)
-                raise NotFound(
-                    f"Request for unknown model: '{name}' version {version} is not found; loaded versions: "
-                    f"{sorted(versions)}"
-                ) from None
-        if not lv.scheduler.available:
-            raise Unavailable(f"model '{name}' version {lv.version} is not ready: {lv.scheduler.unavailable_reason()}")
-        return lv
+        return versions
 
     def loaded(self, name: str, version: int) -> LoadedVersion | None:
         """The loaded version, or None (no exception: for bookkeeping after a request was answered)."""
         record = self._records.get(name)
         return record.versions.get(version) if record is not None else None
 
-    def is_ready(self, name: str, version: str = "") -> bool:
-        try:
-            self.get(name, version)
-        except ServelabError:
-            return False
-        return True
+    def is_ready(self, name: str) -> bool:
+        """Whether some version of ``name`` is loaded and can take requests."""
+        record = self._records.get(name)
+        return record is not None and any(lv.scheduler.available for lv in record.versions.values())
 
     def record(self, name: str) -> ModelRecord:
         record = self._records.get(name)
@@ -243,6 +237,14 @@ class ModelRegistry:
                 self.repository.settle(name, None)
                 self._failed(record, error.message)
                 raise error from exc
+            try:
+                committed = self.on_load(name, source) if self.on_load is not None else None
+            except ServelabError as exc:
+                for lv in loaded.values():
+                    lv.close(0)
+                self.repository.settle(name, None)
+                self._failed(record, exc.message)
+                raise
             for lv in loaded.values():
                 lv.labels = source.labels
             old = record.versions
@@ -250,6 +252,8 @@ class ModelRegistry:
             record.state, record.reason = ModelState.READY, ""
             record.fingerprint, record.backend, record.config = source.fingerprint, source.backend, source.config
             self.repository.settle(name, source)  # an upload it served from before may go: files stay open
+            if committed is not None:
+                committed()
         for lv in old.values():
             lv.close(self.drain_timeout_s)
         log.info("model %s ready (versions %s, backend %s)", name, sorted(loaded), source.backend)
@@ -376,10 +380,7 @@ class ModelRegistry:
 
     def _never_blocks(self, name: str, version: str) -> bool:
         """Whether running (name, version) synchronously waits only on the CPU (for ensembles)."""
-        try:
-            return self.get(name, version).scheduler.never_blocks
-        except ServelabError:
-            return False
+        return self.never_blocks_fn is not None and self.never_blocks_fn(name, version)
 
     def _ordered(self, names: list[str]) -> list[str]:
         """Ensembles last, so the models they call are loaded first."""

@@ -98,7 +98,7 @@ class ModelReplica:
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
         s = self.server
-        app = create_app(s.dataplane, s.settings, s.metrics_registry, s.torchserve_defaults, s.door)
+        app = create_app(s.dataplane, s.settings, s.metrics_registry, s.door)
         return _UnprefixedPath(app, self.plan.route_prefix)
 
     # ----- called by the front application and by Ray -----

@@ -102,13 +102,13 @@ class Server:
             self.registry,
             request_timeout_s=settings.limits.request_timeout_s,
             strict_readiness=settings.strict_readiness,
+            routing=settings.routing,
         )
         #: system shared-memory regions clients register; one set for the REST and gRPC ports
         self.shared_memory = SharedMemory()
         #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
-        self.metrics = ServerMetrics(self.metrics_registry, self.registry)
+        self.metrics = ServerMetrics(self.metrics_registry, self.registry, routing=self.dataplane.router)
         self.registry.custom_metrics = self.metrics.custom  # python models' pb_utils.MetricFamily
-        self.torchserve_defaults: dict[str, str] = {}
         self.ports: dict[str, int] = {}
         self._uvicorns: list[_Uvicorn] = []
         self._grpc: Any = None
@@ -168,10 +168,9 @@ class Server:
     def _start_http(self) -> list[asyncio.Task[None]]:
         s = self.settings
         apps = {
-            "http": create_app(self.dataplane, s, self.metrics_registry, self.torchserve_defaults, self.door,
-                               shared_memory=self.shared_memory),
+            "http": create_app(self.dataplane, s, self.metrics_registry, self.door, shared_memory=self.shared_memory),
             "metrics": create_metrics_app(self.metrics_registry, self.door),
-            "management": create_management_app(self.dataplane, s, self.torchserve_defaults, self.door),
+            "management": create_management_app(self.dataplane, s, self.door),
         }
         wanted = {"http": s.http_port, "metrics": s.metrics_port, "management": s.management_port}
         tasks: list[asyncio.Task[None]] = []

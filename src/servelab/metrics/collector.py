@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from servelab.metrics.custom import CustomMetrics
 from servelab.metrics.gpu import NvmlCollector
 from servelab.metrics.histograms import Histogram, ModelHistograms
+from servelab.metrics.routing import RouterLike, RoutingCollector
 
 __all__ = ["ModelCollector", "ServerMetrics", "render"]
 
@@ -158,6 +159,7 @@ class ServerMetrics:
         *,
         process: bool = True,
         gpu: bool = True,
+        routing: RouterLike | None = None,
     ) -> None:
         self.registry = registry
         self.models = ModelCollector(model_registry)
@@ -165,6 +167,10 @@ class ServerMetrics:
         #: python models' own families (pb_utils.MetricFamily); the server hands it to the model registry
         self.custom = CustomMetrics()
         registry.register(self.custom)
+        #: the split, the rollouts' gates and shadow copies, labelled by variant
+        self.routing = RoutingCollector(routing) if routing is not None else None
+        if self.routing is not None:
+            registry.register(self.routing)
         self.process: ProcessCollector | None = ProcessCollector(registry=registry) if process else None
         self.gpu: NvmlCollector | None = None
         if gpu:

@@ -15,6 +15,8 @@ from servelab.protocol._generated import (  # noqa: E402
     health_pb2,
     health_pb2_grpc,
     model_config_pb2,
+    rollout_pb2,
+    rollout_pb2_grpc,
 )
 
 __all__ = [
@@ -23,4 +25,6 @@ __all__ = [
     "health_pb2",
     "health_pb2_grpc",
     "model_config_pb2",
+    "rollout_pb2",
+    "rollout_pb2_grpc",
 ]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 SPECS = Path(__file__).parent / "specs"
 OUT = Path(__file__).parent / "_generated"
-PROTOS = ("model_config.proto", "grpc_service.proto", "health.proto")
+PROTOS = ("model_config.proto", "grpc_service.proto", "health.proto", "rollout.proto")
 #: root of the TF Serving tree (imports are relative to it, as in TF Serving's repository)
 TFS_SPECS = SPECS / "tfserving"
 TFS_OUT = OUT / "tfserving"

@@ -139,7 +139,7 @@ def test_onnx_instance_group_with_dynamic_batching_through_the_engine(tmp_path: 
     w = _repo(tmp_path, "instance_group [{ count: 2 kind: KIND_CPU }]\n"
                         "dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
     with Engine(tmp_path) as engine:
-        lv = engine.dataplane.registry.get("lin")
+        lv = engine.dataplane.router.resolve("lin")
         assert isinstance(lv.scheduler, DynamicBatcher) and len(lv.instances) == 2
         assert all(b.ctx.threads == max(1, engine.dataplane.registry.cores // 2) for b in lv.instances)
         xs = [rows(1, seed=i) for i in range(32)]
@@ -176,7 +176,7 @@ def test_python_backend_instances_run_in_worker_processes(tmp_path: Path) -> Non
         "instance_group [{ count: 2 kind: KIND_CPU }]\n"
     )
     with Engine(tmp_path) as engine:
-        lv = engine.dataplane.registry.get("py")
+        lv = engine.dataplane.router.resolve("py")
         workers = [b for b in lv.instances if isinstance(b, WorkerInstance)]
         assert len(workers) == len(lv.instances) == 2
         outs = [engine.infer("py", {"x": rows(2, seed=i)}) for i in range(4)]

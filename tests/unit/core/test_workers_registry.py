@@ -132,7 +132,7 @@ def test_only_never_blocking_models_and_ensembles_of_them_may_run_on_the_loop(tm
     _ensemble(tmp_path, "with_python", "a", "p")
     dataplane = _dataplane(tmp_path)
     try:
-        get = dataplane.registry.get
+        get = dataplane.router.resolve
         assert get("a").scheduler.never_blocks and not get("p").scheduler.never_blocks
         assert get("tensors_only").scheduler.never_blocks
         assert not get("with_python").scheduler.never_blocks

@@ -132,7 +132,7 @@ def test_background_poller_reloads(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_unload_waits_for_in_flight_requests(tmp_path: Path) -> None:
     scale_model(tmp_path, "m", {1: 1.0})
     with Engine(tmp_path) as engine:
-        lv = engine.dataplane.registry.get("m")
+        lv = engine.dataplane.router.resolve("m")
         lv.scheduler._enter()  # a request in flight
         done = threading.Event()
 

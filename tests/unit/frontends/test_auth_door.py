@@ -12,7 +12,14 @@ from starlette.routing import Route
 from servelab.config.settings import ApiGroup, AuthSettings, ServerSettings
 from servelab.frontends.auth import REST_ROUTES, AuthSetupError, Level, build_door, guard_routes, is_loopback
 from servelab.frontends.auth.routes import GRPC_METHODS, LEVEL, UnclassifiedRoute, rest_group
-from servelab.frontends.rest import oip, oip_extensions, tfserving, torchserve, torchserve_management
+from servelab.frontends.rest import (
+    oip,
+    oip_extensions,
+    rollouts,
+    tfserving,
+    torchserve,
+    torchserve_management,
+)
 from servelab.protocol import grpc_service_pb2 as pb
 
 MANAGEMENT = "m-" + "a" * 30
@@ -20,7 +27,7 @@ INFERENCE = "i-" + "b" * 30
 
 
 def _all_routes() -> list[Route]:
-    routes = [*oip.routes(), *oip_extensions.routes(), *tfserving.routes(), *torchserve.routes(),
+    routes = [*oip.routes(), *oip_extensions.routes(), *rollouts.routes(), *tfserving.routes(), *torchserve.routes(),
               *torchserve_management.routes()]
     return [r for r in routes if isinstance(r, Route)]
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from servelab.config.settings import ApiGroup
+from servelab.frontends.auth import GRPC_METHODS
+from servelab.protocol import tfserving  # noqa: F401  (generates the modules below)
 from servelab.protocol._generated.tfserving.tensorflow_serving.apis import (
     model_service_pb2,
     prediction_service_pb2,
 )
-
-from servelab.config.settings import ApiGroup
-from servelab.frontends.auth import GRPC_METHODS
-from servelab.protocol import tfserving  # noqa: F401  (generates the modules below)
 
 
 def test_every_tfserving_rpc_is_classified() -> None:

@@ -11,9 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from servelab.errors import InvalidArgument, NotFound
+from servelab.errors import InvalidArgument
 from servelab.frontends.grpc.tfserving_codec import from_numpy, to_numpy
-from servelab.frontends.tfserving import ModelView, resolve_version_label
 from servelab.frontends.tfserving.examples import examples_from_json, serialized_examples
 from servelab.protocol import tfserving as tfs
 from servelab.types import DataType
@@ -115,10 +114,3 @@ def test_input_message_and_parse_example() -> None:
     assert parsed["x"].numpy().tolist() == [[9.0, 9.0]] and parsed["y"].numpy().tolist() == [[1]]
     with pytest.raises(InvalidArgument, match="Input is empty"):
         serialized_examples(tfs.input_pb2.Input())
-
-
-def test_version_labels_resolve_in_one_place() -> None:
-    model = ModelView("m", {"serving_default": "m"}, {"stable": 1, "canary": 2})
-    assert resolve_version_label(model, "canary") == "2"
-    with pytest.raises(NotFound, match=r"Unrecognized servable version label: beta .*\['canary', 'stable'\]"):
-        resolve_version_label(model, "beta")

@@ -17,6 +17,7 @@ from harness.repository import io_config, write_config
 from servelab.engine import Engine
 from servelab.metrics import ServerMetrics, render
 from servelab.metrics.gpu import NVML_METRICS
+from servelab.metrics.routing import ROUTING_METRICS
 
 MONITORING = Path(__file__).resolve().parents[3] / "deploy" / "monitoring"
 METRIC = re.compile(r"\b((?:nv|servelab|process)_[a-zA-Z0-9_]+)")
@@ -63,7 +64,10 @@ def test_dashboard_schema_basics() -> None:
 
 
 def test_dashboard_uses_only_exported_metric_names(tmp_path: Path) -> None:
-    exported = _exported(tmp_path) | set(NVML_METRICS)  # GPU families appear only on GPU hosts
+    # GPU families appear only on GPU hosts, routing families once a model is routed (they are checked
+    # against a real scrape in tests/unit/core/test_routing_dataplane.py and tests/integration/test_routing_prometheus.py)
+    routing = {f"{m}{suffix}" for m in ROUTING_METRICS for suffix in ("", "_bucket", "_sum", "_count")}
+    exported = _exported(tmp_path) | set(NVML_METRICS) | routing
     dash = (MONITORING / "grafana-dashboard.json").read_text()
     used = set(METRIC.findall(dash))
     assert used, "the dashboard queries no servelab metric"

@@ -63,6 +63,10 @@ REST_ROUTES: dict[tuple[str, str], ApiGroup | None] = {
     **{(m, p): ApiGroup.TRACE for m in ("GET", "POST") for p in ("/v2/trace/setting", _MODEL + "/trace/setting")},
     ("GET", "/v2/logging"): ApiGroup.LOGGING,
     ("POST", "/v2/logging"): ApiGroup.LOGGING,
+    # servelab's rollout control (HTTP port): it changes which version serves, so management level
+    ("GET", _MODEL + "/rollout"): ApiGroup.MODEL_REPOSITORY,
+    ("POST", _MODEL + "/rollout"): ApiGroup.MODEL_REPOSITORY,
+    ("POST", _MODEL + "/rollout/{action}"): ApiGroup.MODEL_REPOSITORY,
     # TensorFlow Serving REST (HTTP port): status / metadata, and :predict / :classify / :regress
     ("GET", "/v1/models/{path:path}"): ApiGroup.METADATA,
     ("POST", "/v1/models/{path:path}"): ApiGroup.INFERENCE,
@@ -108,6 +112,9 @@ GRPC_METHODS: dict[str, ApiGroup] = {
     _TFS + "GetModelMetadata": ApiGroup.METADATA,
     "/tensorflow.serving.ModelService/GetModelStatus": ApiGroup.METADATA,
     "/tensorflow.serving.ModelService/HandleReloadConfigRequest": ApiGroup.MODEL_REPOSITORY,
+    # servelab's rollout control (same port): management level, like repository control
+    **{f"/servelab.rollout.v1.RolloutService/{m}": ApiGroup.MODEL_REPOSITORY
+       for m in ("Status", "Start", "Pause", "Resume", "Abort", "Promote")},
 }
 
 

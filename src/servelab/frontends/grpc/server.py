@@ -1,4 +1,5 @@
-"""Start the gRPC front door: ``inference.GRPCInferenceService`` plus ``grpc.health.v1.Health``.
+"""Start the gRPC front door: ``inference.GRPCInferenceService`` plus ``grpc.health.v1.Health`` (and TF
+Serving's services, servelab's ``servelab.rollout.v1.RolloutService``).
 
 ``server = await start_grpc_server(dataplane, "127.0.0.1", 0)`` returns the started server;
 ``bound_port(server)`` is the port actually bound (useful with port 0); ``await server.stop(grace_s)``
@@ -14,11 +15,12 @@ import grpc.aio
 
 from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
+from servelab.frontends.grpc.rollout_servicer import RolloutServicer
 from servelab.frontends.grpc.servicer import HealthServicer, InferenceServicer
 from servelab.frontends.grpc.tfserving_servicer import ModelServicer, PredictionServicer
 from servelab.frontends.shared_memory import SharedMemory
 from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
-from servelab.protocol import health_pb2_grpc
+from servelab.protocol import health_pb2_grpc, rollout_pb2_grpc
 from servelab.protocol import tfserving as tfs
 from servelab.repository.tfserving import TfServingRepository
 
@@ -66,6 +68,7 @@ async def start_grpc_server(
     inference = InferenceServicer(dataplane, limits=limits, shared_memory=shared_memory)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(inference, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(dataplane), server)
+    rollout_pb2_grpc.add_RolloutServiceServicer_to_server(RolloutServicer(dataplane), server)
     tfs.prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionServicer(dataplane, max_elements=max_message_bytes), server)
     tfs.model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(dataplane, tfserving), server)

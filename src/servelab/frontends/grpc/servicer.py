@@ -24,6 +24,7 @@ from servelab.core.dataplane import DataPlane
 from servelab.errors import InvalidArgument, NotFound
 from servelab.frontends.grpc.codec import decode_infer, encode_response, payload_bytes
 from servelab.frontends.grpc.errors import describe, rpc
+from servelab.frontends.grpc.metadata import Metadata
 from servelab.frontends.grpc.settings_codec import (
     log_settings_message,
     settings_from_log,
@@ -129,7 +130,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # ----- inference -----
     @rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        return await self._infer(request)
+        return await self._infer(request, Metadata(context))
 
     async def _decode(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, RegionSlice]]:
         """(request, outputs to write into shared memory); large payloads decode off the loop."""
@@ -137,11 +138,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return await asyncio.to_thread(decode_infer, request, self.limits, self.shared_memory)
         return decode_infer(request, self.limits, self.shared_memory)
 
-    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, metadata: Metadata) -> pb.ModelInferResponse:
         t0 = perf_counter_ns()
         decoded, regions = await self._decode(request)
         t1 = perf_counter_ns()
-        response = await self.dataplane.infer_async(decoded)
+        response = await self.dataplane.infer_async(decoded, metadata)  # metadata: a policy's sticky key
         t2 = perf_counter_ns()
         encoded = encode_response(response, regions, self.shared_memory)
         self.dataplane.record_wire(response, t1 - t0, perf_counter_ns() - t2)
@@ -156,9 +157,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         window = asyncio.Semaphore(self.stream_window)
         running: set[asyncio.Task[None]] = set()
 
+        metadata = Metadata(context)
+
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                async for response in self._stream_one(request):
+                async for response in self._stream_one(request, metadata):
                     done.put_nowait(response)
             finally:
                 window.release()
@@ -188,12 +191,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             for task in list(running):
                 task.cancel()
 
-    async def _stream_one(self, request: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    async def _stream_one(
+        self, request: pb.ModelInferRequest, metadata: Metadata
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         t0 = perf_counter_ns()
         try:
             decoded, regions = await self._decode(request)
             decode_ns = perf_counter_ns() - t0
-            async with contextlib.aclosing(self.dataplane.infer_stream(decoded)) as items:  # a gone client ends it
+            async with contextlib.aclosing(self.dataplane.infer_stream(decoded, metadata)) as items:  # a gone client ends it
                 async for item in items:
                     if item.response is None:
                         yield self._stream_error(request, item.error, item.final)

@@ -16,6 +16,7 @@ import grpc.aio
 from servelab.core.dataplane import DataPlane
 from servelab.errors import InvalidArgument
 from servelab.frontends.grpc.errors import rpc
+from servelab.frontends.grpc.metadata import Metadata
 from servelab.frontends.grpc.tfserving_codec import from_numpy, to_numpy
 from servelab.frontends.tfserving import Catalog, Target, classify, predict, regress
 from servelab.frontends.tfserving.examples import serialized_examples
@@ -64,7 +65,7 @@ class PredictionServicer(tfs.prediction_service_pb2_grpc.PredictionServiceServic
     ) -> tfs.predict_pb2.PredictResponse:
         target = _target(self.catalog, request.model_spec)
         inputs = {key: to_numpy(proto, key, self.max_elements) for key, proto in request.inputs.items()}
-        version, outputs = await predict(self.catalog, target, inputs, list(request.output_filter))
+        version, outputs = await predict(self.catalog, target, inputs, list(request.output_filter), Metadata(context))
         response = tfs.predict_pb2.PredictResponse()
         _answered(response.model_spec, target, version)
         for key, array in outputs.items():
@@ -76,7 +77,7 @@ class PredictionServicer(tfs.prediction_service_pb2_grpc.PredictionServiceServic
         self, request: tfs.classification_pb2.ClassificationRequest, context: Context
     ) -> tfs.classification_pb2.ClassificationResponse:
         target = _target(self.catalog, request.model_spec)
-        version, classes = await classify(self.catalog, target, serialized_examples(request.input))
+        version, classes = await classify(self.catalog, target, serialized_examples(request.input), Metadata(context))
         response = tfs.classification_pb2.ClassificationResponse()
         _answered(response.model_spec, target, version)
         _classifications(response.result, classes)
@@ -87,7 +88,7 @@ class PredictionServicer(tfs.prediction_service_pb2_grpc.PredictionServiceServic
         self, request: tfs.regression_pb2.RegressionRequest, context: Context
     ) -> tfs.regression_pb2.RegressionResponse:
         target = _target(self.catalog, request.model_spec)
-        version, values = await regress(self.catalog, target, serialized_examples(request.input))
+        version, values = await regress(self.catalog, target, serialized_examples(request.input), Metadata(context))
         response = tfs.regression_pb2.RegressionResponse()
         _answered(response.model_spec, target, version)
         response.result.regressions.extend(tfs.regression_pb2.Regression(value=v) for v in values)

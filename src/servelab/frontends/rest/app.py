@@ -12,7 +12,14 @@ from starlette.routing import BaseRoute, Route
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.frontends.auth import Door, guard_routes
-from servelab.frontends.rest import oip, oip_extensions, tfserving, torchserve, torchserve_management
+from servelab.frontends.rest import (
+    oip,
+    oip_extensions,
+    rollouts,
+    tfserving,
+    torchserve,
+    torchserve_management,
+)
 from servelab.frontends.rest.errors import install_error_handlers
 from servelab.frontends.shared_memory import SharedMemory
 from servelab.metrics import render
@@ -32,14 +39,12 @@ def _app(
     routes: list[BaseRoute],
     dataplane: DataPlane,
     settings: ServerSettings,
-    defaults: dict[str, str] | None,
     torchserve_errors: bool = False,
     door: Door | None = None,
 ) -> Starlette:
     app = Starlette(routes=guard_routes(routes, door))
     app.state.dataplane = dataplane
     app.state.settings = settings
-    app.state.torchserve_defaults = defaults if defaults is not None else {}
     install_error_handlers(app, torchserve=torchserve_errors)
     return app
 
@@ -48,34 +53,27 @@ def create_app(
     dataplane: DataPlane,
     settings: ServerSettings,
     metrics_registry: CollectorRegistry,
-    torchserve_defaults: dict[str, str] | None = None,
     door: Door | None = None,
     shared_memory: SharedMemory | None = None,
 ) -> Starlette:
-    """The HTTP port. ``torchserve_defaults`` (model -> default version) is shared with the management app;
-    ``door`` (keys, restricted APIs) guards the routes that need it; ``shared_memory`` holds the regions
-    clients register (the server's, shared with its gRPC port; a new one if not given)."""
+    """The HTTP port; ``door`` (keys, restricted APIs) guards the routes that need it; ``shared_memory`` holds
+    the regions clients register (the server's, shared with its gRPC port; a new one if not given)."""
     shared_memory = shared_memory if shared_memory is not None else SharedMemory()
     for ext in (*oip.EXTENSIONS, *shared_memory.extensions()):
         if ext not in dataplane.extensions:
             dataplane.extensions.append(ext)
     routes = [
-        *oip.routes(), *oip_extensions.routes(), *tfserving.routes(), *torchserve.routes(),
+        *oip.routes(), *oip_extensions.routes(), *rollouts.routes(), *tfserving.routes(), *torchserve.routes(),
         _metrics_route(metrics_registry),
     ]
-    app = _app(routes, dataplane, settings, torchserve_defaults, door=door)
+    app = _app(routes, dataplane, settings, door=door)
     app.state.shared_memory = shared_memory
     return app
 
 
-def create_management_app(
-    dataplane: DataPlane,
-    settings: ServerSettings,
-    torchserve_defaults: dict[str, str] | None = None,
-    door: Door | None = None,
-) -> Starlette:
+def create_management_app(dataplane: DataPlane, settings: ServerSettings, door: Door | None = None) -> Starlette:
     routes = torchserve_management.routes()
-    return _app(routes, dataplane, settings, torchserve_defaults, torchserve_errors=True, door=door)
+    return _app(routes, dataplane, settings, torchserve_errors=True, door=door)
 
 
 def create_metrics_app(metrics_registry: CollectorRegistry, door: Door | None = None) -> Starlette:

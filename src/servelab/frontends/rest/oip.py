@@ -88,7 +88,7 @@ async def infer(request: Request) -> Response:
             shared_memory(request),
         )
     t1 = perf_counter_ns()
-    response = await dp.infer_async(decoded.request)
+    response = await dp.infer_async(decoded.request, request.headers)  # headers: a policy's sticky key
     t2 = perf_counter_ns()
     size = sum(t.data.nbytes for t in response.outputs)
     payload, json_length = await off_loop_if_large(

@@ -114,21 +114,21 @@ async def post_model(request: Request) -> Response:
     catalog = _catalog(request)
     target = catalog.resolve(name, version, label, signature)
     if action == "predict":
-        return json_response(await _predict(catalog, target, body, limits, len(raw)))
+        return json_response(await _predict(catalog, target, body, limits, len(raw), request))
     examples = examples_from_json(body)
     if action == "classify":
-        _, classes = await classify(catalog, target, examples)
+        _, classes = await classify(catalog, target, examples, request.headers)
         return json_response({"results": [[[label_, score] for label_, score in row] for row in classes]})
-    _, values = await regress(catalog, target, examples)
+    _, values = await regress(catalog, target, examples, request.headers)
     return json_response({"results": values})
 
 
 async def _predict(
-    catalog: Catalog, target: Target, body: dict[str, Any], limits: LimitSettings, size: int
+    catalog: Catalog, target: Target, body: dict[str, Any], limits: LimitSettings, size: int, request: Request
 ) -> dict[str, Any]:
     # a large body converts in a worker thread, as it was parsed: the loop stays free for small requests
     arrays, row = await off_loop_if_large(size, limits.offload_decode_bytes, _predict_arrays, body, target.signature, limits)
-    _, outputs = await predict(catalog, target, arrays)
+    _, outputs = await predict(catalog, target, arrays, headers=request.headers)
     return _predictions(outputs, row)
 
 

@@ -10,8 +10,9 @@ How a request body maps to the model's inputs (the model's config is the handler
   dimension of 1 is added, and removed again from the outputs.
 
 The response is the output's value for a single-output model, else ``{output_name: value}``. Errors
-are TorchServe's ``{"code": int, "type": str, "message": str}``. The default version is the one set
-through the management API's ``set-default``, else the newest.
+are TorchServe's ``{"code": int, "type": str, "message": str}``. Without a version (or with a label)
+the router picks it (:mod:`servelab.core.routing`): the management API's ``set-default`` pins the
+default there, for every front door alike.
 """
 
 from __future__ import annotations
@@ -38,11 +39,6 @@ async def ping(request: Request) -> Response:
     if dataplane(request).ready():
         return json_response({"status": "Healthy"})
     return json_response({"status": "Unhealthy"}, status=500)
-
-
-def default_version(request: Request, name: str) -> str:
-    defaults: dict[str, str] = request.app.state.torchserve_defaults
-    return defaults.get(name, "")
 
 
 def _parse(body: bytes | bytearray, content_type: str) -> tuple[bool, Any]:
@@ -107,7 +103,7 @@ def _one_tensor(meta: dict[str, Any], value: Any, batched: bool, limits: LimitSe
 
 async def predict(request: Request) -> Response:
     name = request.path_params["model"]
-    version = request.path_params.get("version") or default_version(request, name)
+    version = request.path_params.get("version", "")
     dp = dataplane(request)
     meta = dp.model_metadata(name, version)
     limits = settings(request).limits
@@ -116,7 +112,7 @@ async def predict(request: Request) -> Response:
     tensors, added = await off_loop_if_large(
         len(body), limits.offload_decode_bytes, _decode, body, content_type, meta, name, limits
     )
-    response = await dp.infer_async(InferRequest(name, tensors, version))
+    response = await dp.infer_async(InferRequest(name, tensors, version), request.headers)
     outputs: dict[str, Any] = {}
     for t in response.outputs:
         data = t.data[0] if added and t.data.ndim else t.data

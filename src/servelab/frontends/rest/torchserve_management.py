@@ -72,7 +72,7 @@ def _describe_one(request: Request, name: str, version: str) -> dict[str, Any]:
     meta = dp.model_metadata(name, version)
     workers = _instances(config)
     delay_us = config.dynamic_batching.max_queue_delay_microseconds if config.HasField("dynamic_batching") else 0
-    default = request.app.state.torchserve_defaults.get(name) or meta["versions"][-1]
+    default = dp.resolve_version(name)  # the router's default: set-default's pin, else the policy's or newest
     return {
         "modelName": name,
         "modelVersion": version or default,
@@ -152,7 +152,7 @@ async def register(request: Request) -> Response:
     if workers and workers != _instances(dp.model_config(name)):
         await _reload_with_workers(request, name, workers)
     count = _instances(dp.model_config(name))
-    version = dp.model_metadata(name)["versions"][-1]
+    version = dp.resolve_version(name)
     return json_response({"status": f'Model "{name}" Version: {version} registered with {count} initial workers'})
 
 
@@ -176,10 +176,11 @@ async def scale(request: Request) -> Response:
 async def set_default(request: Request) -> Response:
     name, version = request.path_params["model"], request.path_params["version"]
     _require_registered(request, name)
-    meta = dataplane(request).model_metadata(name, version)
-    if version not in meta["versions"]:
+    dp = dataplane(request)
+    meta = dp.model_metadata(name, version)
+    if version not in meta["versions"] and version not in dp.labels(name):
         raise NotFound(f"Model version {version} does not exist for model {name}")
-    request.app.state.torchserve_defaults[name] = version
+    await in_thread(dp.set_default_version, name, version)  # the router persists it (sqlite)
     return json_response({"status": f'Default version successfully updated for model "{name}" to "{version}"'})
 
 
@@ -189,8 +190,8 @@ async def unregister(request: Request) -> Response:
     dp = dataplane(request)
     _require_registered(request, name)
     dp.model_metadata(name, version)  # NotFound for an unknown version
+    await in_thread(dp.set_default_version, name, None)  # a pinned default goes with the model
     await in_thread(dp.unload_model, name, False)
-    request.app.state.torchserve_defaults.pop(name, None)
     return json_response({"status": f'Model "{name}" unregistered'})
 
 

@@ -1,8 +1,9 @@
 """TensorFlow Serving's API over the data plane, shared by its REST door and its gRPC services.
 
 - :mod:`.catalog`: a TF Serving (model, version or label, signature) -> the servelab model and version
-  that serve it, read from the models' config parameters (:mod:`servelab.repository.tfserving_layout`);
-  the one label -> version function; model status and the SignatureDefMap of GetModelMetadata.
+  that serve it, read from the models' config parameters (:mod:`servelab.repository.tfserving_layout`),
+  labels and the default version asked of the router (core/routing); model status and the
+  SignatureDefMap of GetModelMetadata.
 - :mod:`.calls`: Predict, Classify and Regress as data-plane calls on numpy tensors.
 - :mod:`.examples`: ``tf.Example`` inputs: JSON examples (REST) and the Input message (gRPC).
 - :mod:`.reload`: ModelService.HandleReloadConfigRequest.
@@ -15,7 +16,6 @@ from servelab.frontends.tfserving.catalog import (
     SignatureView,
     Target,
     VersionStatus,
-    resolve_version_label,
 )
 
 __all__ = [
@@ -27,5 +27,4 @@ __all__ = [
     "classify",
     "predict",
     "regress",
-    "resolve_version_label",
 ]

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from servelab.core.routing import HeaderLookup
 from servelab.errors import InvalidArgument
 from servelab.frontends.tfserving.catalog import TF_DTYPES, Catalog, SignatureView, Target
 from servelab.protocol import tfserving as tfs
@@ -58,9 +59,11 @@ def _check_inputs(sig: SignatureView, given: Sequence[str]) -> None:
 
 
 async def predict(
-    catalog: Catalog, target: Target, inputs: Mapping[str, np.ndarray], output_filter: Sequence[str] = ()
+    catalog: Catalog, target: Target, inputs: Mapping[str, np.ndarray], output_filter: Sequence[str] = (),
+    headers: HeaderLookup | None = None,
 ) -> tuple[str, dict[str, np.ndarray]]:
-    """(version that answered, output key -> array) for a Predict on any signature."""
+    """(version that answered, output key -> array) for a Predict on any signature; ``headers`` (HTTP
+    headers or gRPC metadata) only serve a routing policy's sticky key."""
     sig = target.signature
     if sig.method not in _METHODS:
         raise InvalidArgument(f"signature {sig.key!r} has method {sig.method!r}; expected one of {list(_METHODS)}")
@@ -75,7 +78,7 @@ async def predict(
         target.version,
         outputs=[RequestedOutput(n) for n in dict.fromkeys(output_filter)],
     )
-    response = await catalog.dataplane.infer_async(request)
+    response = await catalog.dataplane.infer_async(request, headers)
     return response.model_version, {t.name: _as_signed(sig, t.name, t.data) for t in response.outputs}
 
 
@@ -103,14 +106,16 @@ def _examples_input(target: Target, method: str, verb: str, serialized: Sequence
     return {_INPUTS: array}
 
 
-async def classify(catalog: Catalog, target: Target, serialized: Sequence[bytes]) -> tuple[str, Classes]:
+async def classify(
+    catalog: Catalog, target: Target, serialized: Sequence[bytes], headers: HeaderLookup | None = None
+) -> tuple[str, Classes]:
     """(version, per example the (label, score) of each class) as TF Serving's Classify computes them."""
     inputs = _examples_input(target, tfs.CLASSIFY_METHOD, "classification", serialized)
     wanted = [n for n in (_CLASSES, _SCORES) if n in target.signature.signature_def.outputs]
     if not wanted:
         raise InvalidArgument(f"Expected classification signature outputs to contain at least one of "
                               f"{_CLASSES!r} or {_SCORES!r} (signature {target.signature.key!r})")
-    version, outputs = await predict(catalog, target, inputs, wanted)
+    version, outputs = await predict(catalog, target, inputs, wanted, headers)
     n = len(serialized)
     classes = _matrix(outputs.get(_CLASSES), _CLASSES, DataType.BYTES, n)
     scores = _matrix(outputs.get(_SCORES), _SCORES, DataType.FP32, n)
@@ -123,13 +128,15 @@ async def classify(catalog: Catalog, target: Target, serialized: Sequence[bytes]
     return version, [list(zip(labels[i], values[i], strict=True)) for i in range(n)]
 
 
-async def regress(catalog: Catalog, target: Target, serialized: Sequence[bytes]) -> tuple[str, list[float]]:
+async def regress(
+    catalog: Catalog, target: Target, serialized: Sequence[bytes], headers: HeaderLookup | None = None
+) -> tuple[str, list[float]]:
     """(version, one value per example) as TF Serving's Regress computes them."""
     inputs = _examples_input(target, tfs.REGRESS_METHOD, "regression", serialized)
     if _OUTPUTS not in target.signature.signature_def.outputs:
         raise InvalidArgument(f"signature {target.signature.key!r}: a regression signature has the output "
                               f"{_OUTPUTS!r}")
-    version, outputs = await predict(catalog, target, inputs, [_OUTPUTS])
+    version, outputs = await predict(catalog, target, inputs, [_OUTPUTS], headers)
     values = outputs[_OUTPUTS]
     if values.dtype != np.float32:
         raise InvalidArgument(f"Expected output Tensor of DT_FLOAT. Got: {values.dtype}")

@@ -1,9 +1,11 @@
 """TF Serving names -> servelab models: signatures, version labels, status and signature metadata.
 
 A TF Serving model ``m`` is the servelab model ``m`` (its primary signature) plus one servelab model
-per other signature; which is which, and the version labels, are parameters of ``m``'s config
+per other signature; which is which is a parameter of ``m``'s config
 (:mod:`servelab.repository.tfserving_layout`). Any other servelab model (ONNX, TorchScript ...)
 answers too, as a model with one ``serving_default`` predict signature made from its metadata.
+Version labels and the default ("latest") version are the router's (:mod:`servelab.core.routing`):
+a models.config's ``version_labels`` are one source of its labels, a policy file and rollouts others.
 Parsed views are cached per config object, so a request costs dict lookups, not JSON parsing; a
 reload brings a new config object and so a new view.
 """
@@ -20,15 +22,10 @@ from servelab.core.dataplane import DataPlane
 from servelab.errors import InvalidArgument, NotFound
 from servelab.protocol import model_config_pb2 as mc
 from servelab.protocol import tfserving as tfs
-from servelab.repository.tfserving_layout import (
-    PARAM_LABELS,
-    PARAM_SIGNATURE,
-    PARAM_SIGNATURE_DEF,
-    PARAM_SIGNATURES,
-)
+from servelab.repository.tfserving_layout import PARAM_SIGNATURE, PARAM_SIGNATURE_DEF, PARAM_SIGNATURES
 from servelab.types import DataType
 
-__all__ = ["Catalog", "InputView", "ModelView", "SignatureView", "Target", "VersionStatus", "resolve_version_label"]
+__all__ = ["Catalog", "InputView", "ModelView", "SignatureView", "Target", "VersionStatus"]
 
 #: OIP datatype -> TensorFlow DT_* value
 TF_DTYPES: dict[DataType, int] = {
@@ -71,11 +68,10 @@ class SignatureView:
 
 @dataclass(frozen=True)
 class ModelView:
-    """A TF Serving model: signature -> servelab model, and its version labels."""
+    """A TF Serving model: signature -> servelab model."""
 
     name: str
     signatures: dict[str, str]
-    labels: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -95,14 +91,6 @@ class VersionStatus:
     state: str  #: AVAILABLE, LOADING, UNLOADING or END
     error_code: str  #: OK, or UNKNOWN with a message
     error_message: str
-
-
-def resolve_version_label(model: ModelView, label: str) -> str:
-    """THE label -> version rule of the TF Serving front doors (to move into core/routing later)."""
-    if label not in model.labels:
-        known = sorted(model.labels) or "none"
-        raise NotFound(f"Unrecognized servable version label: {label} (model {model.name!r} has labels {known})")
-    return str(model.labels[label])
 
 
 class Catalog:
@@ -126,11 +114,18 @@ class Catalog:
         self._models[name] = (config, view)
         return view
 
+    def label_version(self, name: str, label: str) -> str:
+        """The version ``label`` names now (the router's labels), NotFound as TF Serving words it."""
+        try:
+            return self.dataplane.resolve_version(name, label)
+        except NotFound as exc:
+            raise NotFound(f"Unrecognized servable version label: {label} ({exc.message})") from None
+
     def resolve(self, name: str, version: str = "", label: str = "", signature: str = "") -> Target:
         """A ModelSpec's name, version (number) or label, and signature_name ("" = serving_default)."""
         model = self.model(name)
         if label:
-            version = resolve_version_label(model, label)
+            version = self.label_version(name, label)
         key = signature or tfs.DEFAULT_SIGNATURE
         servelab_name = model.signatures.get(key)
         if servelab_name is None:
@@ -153,15 +148,12 @@ class Catalog:
         self._signatures[servelab_name] = (config, view)
         return view
 
-    def newest_version(self, servelab_name: str) -> str:
-        return str(self.dataplane.model_metadata(servelab_name)["versions"][-1])
-
     def version(self, name: str, version: str = "", label: str = "") -> str:
-        """The version a (version, label) pair names; the newest when neither is given."""
-        if label:
-            return resolve_version_label(self.model(name), label)
+        """The version a (version, label) pair names; the default (routing's; else the newest) when neither is."""
         self.model(name)  # NotFound for an unknown model, whatever the version
-        return version or self.newest_version(name)
+        if label:
+            return self.label_version(name, label)
+        return version or self.dataplane.resolve_version(name)
 
     def signature_def_map(self, name: str, version: str) -> tfs.get_model_metadata_pb2.SignatureDefMap:
         """Every signature of the model (GetModelMetadata's ``signature_def``)."""
@@ -183,7 +175,7 @@ class Catalog:
         if not rows:
             raise NotFound(f"Servable not found for request: Latest({name})")
         if label:
-            version = resolve_version_label(self.model(name), label)
+            version = self.label_version(name, label)
         if version:
             rows = [r for r in rows if r["version"] == version]
             if not rows:
@@ -206,9 +198,8 @@ def _model_view(name: str, config: mc.ModelConfig) -> ModelView:
     signatures = _param(config, PARAM_SIGNATURES)
     if signatures is None:  # a servelab model of another kind: one predict signature
         own = _param(config, PARAM_SIGNATURE) or tfs.DEFAULT_SIGNATURE
-        return ModelView(name, {own: name}, {})
-    labels = json.loads(_param(config, PARAM_LABELS) or "{}")
-    return ModelView(name, dict(json.loads(signatures)), {str(k): int(v) for k, v in labels.items()})
+        return ModelView(name, {own: name})
+    return ModelView(name, dict(json.loads(signatures)))
 
 
 def _signature_view(name: str, config: mc.ModelConfig, dataplane: DataPlane) -> SignatureView:
