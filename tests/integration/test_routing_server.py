@@ -109,7 +109,7 @@ def test_labels_work_through_tf_serving_and_torchserve_urls(http: httpx.Client) 
 
 @pytest.mark.parametrize(("path", "needle"), [
     ("/v2/models/ab/versions/nosuch/infer", "model 'ab' has no version label 'nosuch'; its labels: ['stable']"),
-    ("/v2/models/ab/versions/9/infer", "model 'ab' has no version '9' loaded; loaded versions: [1, 2, 3]"),
+    ("/v2/models/ab/versions/9/infer", "Request for unknown model: 'ab' version 9 is not found; loaded versions: [1, 2, 3]"),
     ("/v2/models/slowpy/versions/canary/infer", "model 'slowpy' has no version label 'canary' (it has no labels)"),
     ("/v1/models/ab/labels/nosuch:predict", "Unrecognized servable version label: nosuch"),
     ("/predictions/ab/nosuch", "no version label 'nosuch'"),

@@ -59,7 +59,7 @@ def test_labels_go_wherever_a_version_goes_and_the_default_follows_the_policy(dp
     assert dp.statistics("m", "canary")["model_stats"][0]["version"] == "2"
     with pytest.raises(NotFound, match=r"model 'm' has no version label 'beta'; its labels: \['canary', 'stable'\]"):
         _y(dp, "beta")
-    with pytest.raises(NotFound, match=r"no version '7' loaded; loaded versions: \[1, 2, 3\]"):
+    with pytest.raises(NotFound, match=r"'m' version 7 is not found; loaded versions: \[1, 2, 3\]"):
         _y(dp, "7")
     with pytest.raises(InvalidArgument, match="model version 'a b' is not valid: expected a version number"):
         _y(dp, "a b")
