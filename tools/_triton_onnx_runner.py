@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 import onnxruntime as ort
+
 import triton_python_backend_utils as pb_utils
 
 ONNX_FILE = "runner.onnx"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+
 from servelab.config.settings import ApiGroup
 from servelab.frontends.auth import GRPC_METHODS
-from servelab.protocol import tfserving  # noqa: F401  (generates the modules below)
-from servelab.protocol._generated.tfserving.tensorflow_serving.apis import (
-    model_service_pb2,
-    prediction_service_pb2,
-)
+from servelab.protocol import tfserving  # noqa: F401  (generates the modules imported below)
+
+# Imported by name: the generated package exists only once servelab.protocol.tfserving has run, so a
+# static import here would sort differently on a clean checkout than on a built one.
+_APIS = "servelab.protocol._generated.tfserving.tensorflow_serving.apis"
+model_service_pb2 = importlib.import_module(f"{_APIS}.model_service_pb2")
+prediction_service_pb2 = importlib.import_module(f"{_APIS}.prediction_service_pb2")
 
 
 def test_every_tfserving_rpc_is_classified() -> None:
