@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.backends import backend_class
+from servelab.config.settings import TorchServeSettings, default_threads
 from servelab.errors import InvalidArgument, NotFound, ServelabError
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository.config import config_to_text
@@ -72,6 +73,33 @@ class TorchServeRepository(ModelRepository):
         self._noted: set[str] = set()
         self._scanned: tuple[tuple[str, int, int], ...] | None = None
         self._plans: dict[str, ModelPlan | ServelabError] = {}
+
+    @classmethod
+    def from_settings(cls, settings: TorchServeSettings, max_workers: int) -> TorchServeRepository:
+        """The repository ``servelab serve --torchserve-config`` serves."""
+        assert settings.model_store is not None, "TorchServeSettings is checked first"
+        renames = {}
+        for item in settings.load_models:
+            name, equals, url = item.partition("=")
+            if equals:
+                renames[store_entry_name(url, "load_models entry")] = check_model_name(name, "load_models name")
+        return cls(settings.model_store, properties_models=settings.models, renames=renames,
+                   default_workers=settings.default_workers or default_threads(), max_workers=max_workers,
+                   response_timeout_s=settings.default_response_timeout_s,
+                   max_unpacked_bytes=settings.max_unpacked_bytes)  # fmt: skip
+
+    def startup_models(self, load_models: list[str]) -> list[str]:
+        """The models ``load_models`` names (``all`` = every model of the store), as registry names."""
+        if any(item.strip().lower() == "all" for item in load_models):
+            return ["*"]
+        names = []
+        for item in load_models:
+            name, equals, url = item.partition("=")
+            try:
+                names.append(name if equals else self.model_for_url(url or name))
+            except ServelabError as exc:
+                log.error("load_models entry %r: %s", item, exc.message)
+        return names
 
     # ----- what the store holds -----
     def plans(self) -> dict[str, ModelPlan | ServelabError]:
