@@ -81,12 +81,12 @@ class _Reader:
         self.data = bytes(data)
         self.at = 0
 
-    def int(self) -> int:
+    def number(self) -> int:
         (value,) = _INT.unpack_from(self.data, self.at)
         self.at += 4
         return int(value)
 
-    def bytes(self, length: int) -> bytes:
+    def take(self, length: int) -> bytes:
         out = self.data[self.at : self.at + length]
         if len(out) != length:
             raise ValueError("truncated TorchServe worker response")
@@ -94,24 +94,24 @@ class _Reader:
         return out
 
     def text(self) -> str:
-        return self.bytes(self.int()).decode("utf-8", "replace")
+        return self.take(self.number()).decode("utf-8", "replace")
 
 
 def parse_response(data: bytes | bytearray) -> WorkerResponse:
     """Read what ``create_predict_response`` wrote (raises ValueError on a malformed message)."""
     r = _Reader(data)
-    response = WorkerResponse(r.int(), r.text())
+    response = WorkerResponse(r.number(), r.text())
     while True:
-        length = r.int()
+        length = r.number()
         if length == -1:
             return response
-        request_id = r.bytes(length).decode("utf-8", "replace")
+        request_id = r.take(length).decode("utf-8", "replace")
         content_type = r.text()
-        status = r.int()
+        status = r.number()
         phrase = r.text()
         headers = {}
-        for _ in range(r.int()):
+        for _ in range(r.number()):
             key = r.text()
             headers[key] = r.text()
-        value = r.bytes(r.int())
+        value = r.take(r.number())
         response.predictions.append(Prediction(request_id, content_type, status, phrase, headers, value))

@@ -80,7 +80,9 @@ class TorchServeHandlerBackend(Backend):
         loader = _import_ts()
         model_dir = self.ctx.version_dir.resolve()
         manifest = _read_manifest(model_dir)
-        handler = self.params.handler or manifest.get("model", {}).get("handler", "")
+        model = manifest.get("model", {})
+        handler = self.params.handler or model.get("handler", "")
+        envelope = self.params.envelope or model.get("envelope") or None  # TorchServe: the manifest's
         if not handler:
             raise InvalidArgument(f"model '{self.ctx.model_name}': {MANIFEST} names no handler")
         os.chdir(model_dir)  # TorchServe starts its worker in the model folder, with it on the path
@@ -89,7 +91,7 @@ class TorchServeHandlerBackend(Backend):
         batch_size = max(1, self.config.max_batch_size)
         try:
             self.service = loader.TsModelLoader().load(
-                self.ctx.model_name, str(model_dir), handler, None, batch_size, self.params.envelope,
+                self.ctx.model_name, str(model_dir), handler, None, batch_size, envelope,
                 True, metrics,
             )  # fmt: skip
         except ServelabError:

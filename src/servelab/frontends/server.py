@@ -210,7 +210,6 @@ class Server:
         print("SERVELAB_PORTS " + json.dumps(self.ports), flush=True, file=sys.stdout)
 
     async def _load_startup_models(self) -> None:
-        s = self.settings
         try:
             await asyncio.to_thread(self.dataplane.startup, self._startup_models)
         except Exception:

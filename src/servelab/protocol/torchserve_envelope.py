@@ -21,6 +21,7 @@ outputs (per row)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import orjson
@@ -132,7 +133,7 @@ class TsResponse:
         )
 
 
-def _json_object(raw: bytes, name: str) -> dict[str, object]:
+def _json_object(raw: bytes, name: str) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -30,7 +30,13 @@ from servelab.errors import InvalidArgument, NotFound, ServelabError
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository.config import config_to_text
 from servelab.repository.repository import ModelRepository, ModelSource, check_complete
-from servelab.repository.torchserve_archive import StoreEntry, read_entry, scan_store, store_entry_name, unpack
+from servelab.repository.torchserve_archive import (
+    StoreEntry,
+    read_entry,
+    scan_store,
+    store_entry_name,
+    unpack,
+)
 from servelab.repository.torchserve_layout import BACKEND, ModelPlan, plan_model
 from servelab.trust import check_model_name
 

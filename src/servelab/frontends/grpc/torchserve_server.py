@@ -14,7 +14,10 @@ import grpc.aio
 
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
-from servelab.frontends.grpc.torchserve_servicer import TorchServeInferenceServicer, TorchServeManagementServicer
+from servelab.frontends.grpc.torchserve_servicer import (
+    TorchServeInferenceServicer,
+    TorchServeManagementServicer,
+)
 from servelab.protocol import torchserve as ts_pb
 
 __all__ = ["start_torchserve_grpc_server"]

@@ -16,7 +16,14 @@ from servelab.backends.parameters import TorchServeHandlerParameters
 from servelab.core.dataplane import DataPlane
 from servelab.errors import NotFound, ServelabError
 from servelab.protocol import model_config_pb2 as mc
-from servelab.protocol.torchserve_envelope import BODY, REQUEST, RESPONSE, RESPONSE_META, TsRequest, TsResponse
+from servelab.protocol.torchserve_envelope import (
+    BODY,
+    REQUEST,
+    RESPONSE,
+    RESPONSE_META,
+    TsRequest,
+    TsResponse,
+)
 from servelab.types import DataType, InferRequest, Tensor
 
 __all__ = ["HANDLER_BACKEND", "ModelView", "model_view", "predict"]

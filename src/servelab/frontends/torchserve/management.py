@@ -120,7 +120,7 @@ class Management:
                 {"id": str(9000 + i), "startTime": _STARTED, "status": "READY", "memoryUsage": 0, "pid": -1,
                  "gpu": False, "gpuUsage": "N/A"}
                 for i in range(workers)
-            ],  # fmt: skip
+            ],
             "jobQueueStatus": {"remainingCapacity": 1000, "pendingRequests": 0},
         }
 
