@@ -1,11 +1,7 @@
 """A TorchServe model store built at test time with ``torch-model-archiver``, and a servelab serving it.
 
-:func:`build_store` writes four archives, each a kind of model TorchServe users bring:
+:func:`build_store` writes three archives, each a kind of model TorchServe users bring:
 
-- ``scripted.mar``: a TorchScript model (``harness.models.linear_torchscript``) with TorchServe's built-in
-  base handler and its ``json`` request envelope named in the manifest (``{"instances": [...]}`` in,
-  ``{"predictions": [...]}`` out). TorchServe's vision handlers need torchvision, whose PyPI build
-  for torch 2.13 is a CUDA one that does not load beside the CPU torch of these machines;
 - ``eager.mar``: an eager model (``model.py`` + state dict) with a custom ``BaseHandler`` subclass
   that reads an extra file and its ``model-config.yaml`` section in ``initialize``, and sets a
   content type and a header on its answers;
@@ -13,6 +9,12 @@
   batch held (TorchServe and servelab both fill a batch of four at once);
 - ``streamer.mar``: a function handler (``streamer:handle``) that streams two intermediate parts
   with ``send_intermediate_predict_response`` before its answer.
+
+:func:`build_envelope_store` writes ``scripted.mar``: a TorchScript model (``harness.models.linear_torchscript``)
+with TorchServe's built-in base handler, served with ``service_envelope=json`` in config.properties
+(``{"instances": [...]}`` in, ``{"predictions": [...]}`` out; TorchServe's envelope is one for the
+whole server, hence a store of its own). TorchServe's vision handlers need torchvision, whose PyPI
+build for torch 2.13 is a CUDA one that does not load beside the CPU torch of these machines.
 
 :class:`TorchServeStoreServer` is ``servelab serve --model-store STORE --models all`` on port 0
 everywhere, TorchServe's two gRPC ports included (read from the server's ``SERVELAB_PORTS`` line).
@@ -26,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +36,12 @@ import numpy as np
 from harness.models import linear_torchscript
 from harness.servers import PORTS_LINE, ServerProcess
 
-__all__ = ["ARCHIVES", "SCRIPTED_WEIGHTS", "TorchServeStoreServer", "archiver", "build_store", "ts_missing"]
+__all__ = [
+    "ARCHIVES", "SCRIPTED_WEIGHTS", "TorchServeStoreServer", "archiver", "build_envelope_store", "build_store",
+    "envelope_config", "ts_missing",
+]  # fmt: skip
 
-ARCHIVES = ("scripted", "eager", "batcher", "streamer")
+ARCHIVES = ("batcher", "eager", "streamer")
 SCRIPTED_WEIGHTS = np.array([[1.0, 0.5, -1.0], [0.0, 2.0, 1.0], [-0.5, 0.25, 0.0], [3.0, -1.0, 0.5]], np.float32)
 
 MODEL_PY = """\
@@ -153,18 +157,6 @@ def _archive(store: Path, name: str, work: Path, handler: str, serialized: Path 
     return store / f"{name}.mar"
 
 
-def _set_envelope(archive: Path, envelope: str) -> None:
-    """Name a request envelope in the archive's MANIFEST.json (torch-model-archiver has no flag for it)."""
-    with zipfile.ZipFile(archive) as z:
-        members = {m: z.read(m) for m in z.namelist()}
-    manifest = json.loads(members["MAR-INF/MANIFEST.json"])
-    manifest["model"]["envelope"] = envelope
-    members["MAR-INF/MANIFEST.json"] = json.dumps(manifest, indent=2).encode()
-    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-
-
 def _eager_state(work: Path) -> Path:
     import torch
 
@@ -179,12 +171,10 @@ def _eager_state(work: Path) -> Path:
 
 
 def build_store(folder: Path) -> Path:
-    """``folder/store`` with the four archives (see the module docstring)."""
+    """``folder/store`` with the three archives (see the module docstring)."""
     store, work = folder / "store", folder / "work"
     store.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    linear_torchscript(work / "linear.pt", SCRIPTED_WEIGHTS)
-    _set_envelope(_archive(store, "scripted", work, "base_handler", work / "linear.pt"), "json")
     for name, source in (("eager_handler.py", EAGER_HANDLER), ("batch_handler.py", BATCH_HANDLER),
                          ("streamer.py", STREAM_HANDLER)):  # fmt: skip
         (work / name).write_text(source)
@@ -204,16 +194,38 @@ def build_store(folder: Path) -> Path:
     return store
 
 
+def build_envelope_store(folder: Path) -> Path:
+    """``folder/envelope-store`` with ``scripted.mar`` (see the module docstring)."""
+    store, work = folder / "envelope-store", folder / "envelope-work"
+    store.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    linear_torchscript(work / "linear.pt", SCRIPTED_WEIGHTS)
+    _archive(store, "scripted", work, "base_handler", work / "linear.pt")
+    return store
+
+
+def envelope_config(path: Path, store: Path) -> Path:
+    """A config.properties serving ``store`` with the json envelope (no token auth, model API on)."""
+    path.write_text(f"model_store={store}\nload_models=all\nservice_envelope=json\n"
+                    "disable_token_authorization=true\nenable_model_api=true\ndefault_workers_per_model=1\n")
+    return path
+
+
 @dataclass
 class TorchServeStoreServer(ServerProcess):
-    """``servelab serve --model-store STORE --models all`` (``repository`` is the store folder)."""
+    """``servelab serve --model-store STORE --models all`` (``repository`` is the store folder), or with
+    ``config`` set ``servelab serve --torchserve-config CONFIG`` (its store and keys)."""
 
+    config: Path | None = None
     grpc_inference_port: int = 0
     grpc_management_port: int = 0
 
     def target_args(self) -> list[str]:
+        ports = ["--grpc-inference-port", "0", "--grpc-management-port", "0"]
+        if self.config is not None:
+            return ["--torchserve-config", str(self.config), *ports]
         return ["--model-store", str(self.repository), "--models", "all", "--disable-token-auth", "--enable-model-api",
-                "--grpc-inference-port", "0", "--grpc-management-port", "0"]  # fmt: skip
+                *ports]  # fmt: skip
 
     def start(self, timeout_s: float = 300.0) -> TorchServeStoreServer:
         super().start(timeout_s)

@@ -19,7 +19,14 @@ import numpy as np
 import pytest
 from google.protobuf import empty_pb2
 
-from harness.torchserve_store import SCRIPTED_WEIGHTS, TorchServeStoreServer, build_store, ts_missing
+from harness.torchserve_store import (
+    SCRIPTED_WEIGHTS,
+    TorchServeStoreServer,
+    build_envelope_store,
+    build_store,
+    envelope_config,
+    ts_missing,
+)
 from servelab.protocol import torchserve as ts_pb
 
 pytestmark = [pytest.mark.skipif(ts_missing() is not None, reason=str(ts_missing())), pytest.mark.timeout(600)]
@@ -64,11 +71,17 @@ def test_ping_is_torchserve_bytes(rest: httpx.Client) -> None:
     assert r.status_code == 200 and r.content == b'{\n  "status": "Healthy"\n}\n'
 
 
-def test_base_handler_on_torchscript_with_json_envelope(rest: httpx.Client) -> None:
-    x = [[1.0, 2.0, 3.0, 4.0], [0.5, 0.0, -1.0, 2.0]]
-    r = rest.post("/predictions/scripted", json={"instances": x})
-    assert r.status_code == 200, r.text
-    np.testing.assert_allclose(r.json()["predictions"], np.array(x, np.float32) @ SCRIPTED_WEIGHTS, rtol=1e-6)
+def test_config_properties_with_base_handler_on_torchscript(tmp_path: Path) -> None:
+    """`servelab serve --torchserve-config config.properties`: its store, load_models and service_envelope."""
+    config = envelope_config(tmp_path / "config.properties", build_envelope_store(tmp_path))
+    server = TorchServeStoreServer(config.parent, tmp_path / "envelope.log", config=config).start()
+    try:
+        x = [[1.0, 2.0, 3.0, 4.0], [0.5, 0.0, -1.0, 2.0]]
+        r = httpx.post(f"{server.http_url}/predictions/scripted", json={"instances": x}, timeout=60)
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(r.json()["predictions"], np.array(x, np.float32) @ SCRIPTED_WEIGHTS, rtol=1e-6)
+    finally:
+        assert server.stop() == 0, server.log_tail()
 
 
 def test_multipart_form_field_is_a_parameter(rest: httpx.Client) -> None:
@@ -179,7 +192,7 @@ def test_grpc_management_api(ts_server: TorchServeStoreServer) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{ts_server.grpc_management_port}") as channel:
         stub = ts_pb.management_pb2_grpc.ManagementAPIsServiceStub(channel)
         listed = json.loads(stub.ListModels(ts_pb.management_pb2.ListModelsRequest()).msg)
-        assert [m["modelName"] for m in listed["models"]] == ["batcher", "eager", "scripted", "streamer"]
+        assert [m["modelName"] for m in listed["models"]] == ["batcher", "eager", "streamer"]
         described = json.loads(stub.DescribeModel(ts_pb.management_pb2.DescribeModelRequest(model_name="eager")).msg)
         assert described[0]["modelName"] == "eager"
         with pytest.raises(grpc.RpcError) as missing:

@@ -256,6 +256,9 @@ class TorchServeHandlerParameters(ModelParameters):
         default_factory=dict, alias="torchserve_urls", description="TorchServe version -> its archive in the model store."
     )
     max_workers: int | None = Field(None, ge=1, alias="torchserve_max_workers", description="model-config.yaml maxWorkers.")
+    max_batch_delay_ms: int | None = Field(
+        None, ge=0, alias="torchserve_max_batch_delay_ms", description="maxBatchDelay (ms), also when batchSize is 1."
+    )
     response_timeout_s: int | None = Field(
         None, ge=0, alias="torchserve_response_timeout_s", description="model-config.yaml responseTimeout (seconds)."
     )

@@ -82,7 +82,7 @@ class TorchServeHandlerBackend(Backend):
         manifest = _read_manifest(model_dir)
         model = manifest.get("model", {})
         handler = self.params.handler or model.get("handler", "")
-        envelope = self.params.envelope or model.get("envelope") or None  # TorchServe: the manifest's
+        envelope = self.params.envelope  # TorchServe: service_envelope of config.properties (the manifest's is replaced)
         if not handler:
             raise InvalidArgument(f"model '{self.ctx.model_name}': {MANIFEST} names no handler")
         os.chdir(model_dir)  # TorchServe starts its worker in the model folder, with it on the path

@@ -70,6 +70,7 @@ def torchserve_setup(config: Path | None, model_store: Path | None, models: list
         "enable_model_api": enable_model_api or props.flag("enable_model_api"),
         "grpc_inference_port": props.grpc_address("inference").port,
         "grpc_management_port": props.grpc_address("management").port,
+        "service_envelope": props.values.get("service_envelope") or None,
     }  # fmt: skip
     setup.token_auth = not (disable_token_auth or props.flag("disable_token_authorization"))
     return setup

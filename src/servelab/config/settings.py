@@ -356,6 +356,9 @@ class TorchServeSettings(BaseModel):
         None, ge=0, le=65535, description="TorchServe's gRPC management API; unset = 7071 with a model store, else not served."
     )
     max_unpacked_bytes: int = Field(16 * 1024**3, gt=0, description="Largest total size one archive may unpack to.")
+    service_envelope: str | None = Field(
+        None, min_length=1, description="service_envelope: the request envelope of every handler ('json', 'kserve', 'kservev2')."
+    )
 
     @model_validator(mode="after")
     def _store(self) -> TorchServeSettings:

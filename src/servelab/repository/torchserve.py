@@ -60,6 +60,7 @@ class TorchServeRepository(ModelRepository):
         max_workers: int = 8,
         response_timeout_s: int = 120,
         max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES,
+        envelope: str | None = None,
     ) -> None:
         super().__init__([])
         self.store = Path(store).resolve()
@@ -72,6 +73,8 @@ class TorchServeRepository(ModelRepository):
         self.max_workers = max_workers
         self.response_timeout_s = response_timeout_s
         self.max_unpacked_bytes = max_unpacked_bytes
+        #: config.properties service_envelope: every handler's request envelope, as in TorchServe
+        self.envelope = envelope
         self._lock = threading.RLock()
         self._unpacked_root = Path(tempfile.mkdtemp(prefix="servelab-torchserve-"))
         weakref.finalize(self, shutil.rmtree, str(self._unpacked_root), True)
@@ -92,7 +95,7 @@ class TorchServeRepository(ModelRepository):
         return cls(settings.model_store, properties_models=settings.models, renames=renames,
                    default_workers=settings.default_workers or default_threads(), max_workers=max_workers,
                    response_timeout_s=settings.default_response_timeout_s,
-                   max_unpacked_bytes=settings.max_unpacked_bytes)  # fmt: skip
+                   max_unpacked_bytes=settings.max_unpacked_bytes, envelope=settings.service_envelope)  # fmt: skip
 
     def startup_models(self, load_models: list[str]) -> list[str]:
         """The models ``load_models`` names (``all`` = every model of the store), as registry names."""
@@ -138,7 +141,7 @@ class TorchServeRepository(ModelRepository):
             try:
                 found[name] = plan_model(
                     name, group, properties_models=self.properties_models.get(name), default_workers=self.default_workers,
-                    max_workers=self.max_workers, response_timeout_s=self.response_timeout_s,
+                    max_workers=self.max_workers, response_timeout_s=self.response_timeout_s, envelope=self.envelope,
                 )  # fmt: skip
             except ServelabError as exc:
                 found[name] = exc

@@ -114,6 +114,7 @@ def plan_model(
     default_workers: int = 1,
     max_workers: int = 8,
     response_timeout_s: int = 120,
+    envelope: str | None = None,
 ) -> ModelPlan:
     """The servelab model ``name`` made of its archives (one per TorchServe version)."""
     by_version: dict[str, StoreEntry] = {}
@@ -139,13 +140,13 @@ def plan_model(
     if others:
         notes.append(f"versions {others} have other batching/worker settings; servelab serves every version with "
                      f"version {default}'s (one config per model)")
-    config = _config(name, knobs, min(knobs.min_workers, max_workers), numbers, default, by_version)
+    config = _config(name, knobs, min(knobs.min_workers, max_workers), numbers, default, by_version, envelope)
     return ModelPlan(name, config, {numbers[v]: by_version[v] for v in ordered}, knobs, notes)
 
 
 def _config(
     name: str, knobs: TorchServeKnobs, workers: int, numbers: dict[str, int], default: str,
-    by_version: dict[str, StoreEntry],
+    by_version: dict[str, StoreEntry], envelope: str | None = None,
 ) -> mc.ModelConfig:
     config = mc.ModelConfig(name=name, backend=BACKEND, max_batch_size=max(1, knobs.batch_size))
     config.input.add(name=BODY, data_type=mc.TYPE_STRING, dims=[-1])
@@ -160,6 +161,7 @@ def _config(
         torchserve_versions=numbers, torchserve_default_version=default,
         torchserve_urls={v: e.file for v, e in by_version.items()},
         torchserve_max_workers=knobs.max_workers, torchserve_response_timeout_s=knobs.response_timeout_s,
+        torchserve_envelope=envelope, torchserve_max_batch_delay_ms=knobs.max_batch_delay_ms,
     ).write(config)  # fmt: skip
     SchedulerParameters(instance_mode="process").write(config)
     return config

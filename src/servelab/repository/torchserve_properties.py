@@ -5,8 +5,8 @@ comments; a trailing backslash continues a line, as the multi-line ``models={...
 Read here: the four addresses (inference, management, metrics; gRPC inference/management address and
 port), ``model_store``, ``load_models``, ``models`` (per model and version: minWorkers, maxWorkers,
 batchSize, maxBatchDelay, responseTimeout, defaultVersion, marName), ``default_workers_per_model``,
-``default_response_timeout``, ``max_request_size``, ``disable_token_authorization`` and
-``enable_model_api``. Every other key is listed once in the log as not used (TorchServe tuning such as
+``default_response_timeout``, ``max_request_size``, ``service_envelope`` (the request envelope of every
+handler), ``disable_token_authorization`` and ``enable_model_api``. Every other key is listed once in the log as not used (TorchServe tuning such as
 netty threads, or features servelab has otherwise: TLS keystores are refused with a message).
 """
 
@@ -38,7 +38,7 @@ DEFAULTS = {
 }
 USED = frozenset({
     *DEFAULTS, "model_store", "load_models", "models", "default_workers_per_model",
-    "disable_token_authorization", "enable_model_api",
+    "disable_token_authorization", "enable_model_api", "service_envelope",
 })  # fmt: skip
 _REFUSED = {
     "keystore": "TLS from a Java keystore: convert it to PEM and pass --ssl-certfile/--ssl-keyfile",

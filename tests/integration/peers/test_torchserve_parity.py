@@ -1,15 +1,17 @@
 """The same TorchServe model store on real TorchServe 0.12 and on servelab: the same requests get the same
 answers, over REST (bytes, status, content type) and over TorchServe's gRPC API.
 
-The store is built at test time with torch-model-archiver (tests/harness/torchserve_store.py): a TorchScript
-model with the built-in base handler, an eager model with a custom ``BaseHandler``, a batching model
-(batchSize 4) and a streaming handler. TorchServe runs in its own venv under ``.peers/`` (installed on
+The stores are built at test time with torch-model-archiver (tests/harness/torchserve_store.py): an eager
+model with a custom ``BaseHandler``, a batching model (batchSize 4) and a streaming handler; and, in a
+store of its own served with ``service_envelope=json``, a TorchScript model with the built-in base
+handler (servelab reads that store's config.properties with ``--torchserve-config``). TorchServe runs in its own venv under ``.peers/`` (installed on
 first use; skipped with the reason when it cannot be, e.g. without Java).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +21,14 @@ import grpc
 import httpx
 import pytest
 
-from harness.torchserve_store import TorchServeStoreServer, build_store, ts_missing
+from harness.torchserve_store import (
+    ARCHIVES,
+    TorchServeStoreServer,
+    build_envelope_store,
+    build_store,
+    envelope_config,
+    ts_missing,
+)
 from servelab.bench.net import HOST, free_ports, wait_until
 from servelab.bench.peers.base import Endpoint
 from servelab.bench.peers.torchserve import TorchServePeer
@@ -30,67 +39,72 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.skipif(ts_missing() is not None, reason=str(ts_missing()))]  # fmt: skip
 
 PEERS_DIR = Path(__file__).resolve().parents[3] / ".peers"
-MODELS = ("scripted", "eager", "batcher", "streamer")
 
 
 class StorePeer(TorchServePeer):
     """TorchServe serving a whole prepared model store (every archive, ``load_models=all``)."""
 
-    def __init__(self, store: Path, **kwargs: object) -> None:
-        super().__init__(PEERS_DIR, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, store: Path, models: tuple[str, ...], extra_config: str = "") -> None:
+        super().__init__(PEERS_DIR, workers=1)
         self.store = store
+        self.models = models
+        self.extra_config = extra_config
         self.grpc = {"inference": 0, "management": 0}
+        self.url = ""
 
     def start(self) -> Endpoint:
         shutil.copytree(self.store, self.work_dir / "model-store", dirs_exist_ok=True)
         ports = free_ports(5)
         config = self._write_config(ports)
-        config.write_text(config.read_text() + "load_models=all\n")
+        config.write_text(config.read_text() + "load_models=all\n" + self.extra_config)
         tmp = self.work_dir / "tmp"
         tmp.mkdir(exist_ok=True)
         env = {"TMPDIR": str(tmp), "LOG_LOCATION": str(self.work_dir / "logs"),
                "METRICS_LOCATION": str(self.work_dir / "logs"), "PATH": f"{self.env.root / 'bin'}:/usr/bin:/bin"}  # fmt: skip
         argv = [str(self.env.bin("torchserve")), "--start", "--foreground", "--ncs", "--disable-token-auth",
                 "--enable-model-api", "--ts-config", str(config), "--log-config", str(self.work_dir / "log4j2.xml")]  # fmt: skip
-        proc = self._launch(argv, cwd=self.work_dir, env={**__import__("os").environ, **env})
+        proc = self._launch(argv, cwd=self.work_dir, env={**os.environ, **env})
         self.management_url = f"http://{HOST}:{ports[1]}"
         self.grpc = {"inference": ports[3], "management": ports[4]}
-        self._wait_http(f"http://{HOST}:{ports[0]}/ping", 180.0, lambda s, b: s == 200 and b"Healthy" in b)
+        self.url = f"http://{HOST}:{ports[0]}"
+        self._wait_http(f"{self.url}/ping", 180.0, lambda s, b: s == 200 and b"Healthy" in b)
         wait_until(self._all_ready, 300.0, "TorchServe workers of every model", self.process.exited if self.process else None)
-        return Endpoint(url=f"http://{HOST}:{ports[0]}", kind="torchserve", model="*", pid=proc.pid)
+        return Endpoint(url=self.url, kind="torchserve", model="*", pid=proc.pid)
 
     def _all_ready(self) -> bool:
         with httpx.Client(timeout=10) as client:
-            for model in MODELS:
+            for model in self.models:
                 r = client.get(f"{self.management_url}/models/{model}")
                 if r.status_code != 200 or not any(w.get("status") == "READY" for w in r.json()[0]["workers"]):
                     return False
         return True
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_store(tmp_path_factory.mktemp("parity"))
-
-
-@pytest.fixture(scope="module")
-def torchserve(store: Path) -> Iterator[StorePeer]:
+def _peer(store: Path, models: tuple[str, ...], extra_config: str = "") -> Iterator[StorePeer]:
     if shutil.which("java") is None:
         pytest.skip("TorchServe needs Java 17: apt-get install -y openjdk-17-jre-headless")
-    peer = StorePeer(store, workers=1)
-    with peer:
+    with StorePeer(store, models, extra_config) as peer:
         try:
             peer.install()
         except Unavailable as exc:
             pytest.skip(f"TorchServe environment unavailable: {str(exc)[:300]}")
-        endpoint = peer.start()
-        peer.endpoint = endpoint  # type: ignore[attr-defined]
+        peer.start()
         yield peer
 
 
 @pytest.fixture(scope="module")
-def servelab(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServeStoreServer]:
-    server = TorchServeStoreServer(store, tmp_path_factory.mktemp("logs") / "parity-servelab.log").start()
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("parity")
+
+
+@pytest.fixture(scope="module")
+def torchserve(folder: Path) -> Iterator[StorePeer]:
+    yield from _peer(build_store(folder), ARCHIVES)
+
+
+@pytest.fixture(scope="module")
+def servelab(folder: Path, torchserve: StorePeer) -> Iterator[TorchServeStoreServer]:
+    server = TorchServeStoreServer(folder / "store", folder / "parity-servelab.log").start()
     try:
         yield server
     finally:
@@ -98,14 +112,47 @@ def servelab(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 @pytest.fixture(scope="module")
-def both(torchserve: StorePeer, servelab: TorchServeStoreServer) -> Iterator[tuple[httpx.Client, httpx.Client]]:
-    with httpx.Client(base_url=torchserve.endpoint.url, timeout=120) as ts, httpx.Client(base_url=servelab.http_url, timeout=120) as sl:  # type: ignore[attr-defined]
+def envelope_pair(folder: Path) -> Iterator[tuple[StorePeer, TorchServeStoreServer]]:
+    store = build_envelope_store(folder)
+    config = envelope_config(folder / "config.properties", store)
+    peers = _peer(store, ("scripted",), "service_envelope=json\n")
+    peer = next(peers)
+    server = TorchServeStoreServer(store, folder / "parity-envelope.log", config=config).start()
+    try:
+        yield peer, server
+    finally:
+        assert server.stop() == 0, server.log_tail()
+        peers.close()
+
+
+def _clients(peer: StorePeer, server: TorchServeStoreServer) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    with httpx.Client(base_url=peer.url, timeout=120) as ts, httpx.Client(base_url=server.http_url, timeout=120) as sl:
         yield ts, sl
 
 
+@pytest.fixture(scope="module")
+def both(torchserve: StorePeer, servelab: TorchServeStoreServer) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    yield from _clients(torchserve, servelab)
+
+
+def _same(answers: list[httpx.Response]) -> None:
+    ts, sl = answers
+    assert sl.status_code == ts.status_code, (ts.text, sl.text)
+    assert sl.content == ts.content
+    assert sl.headers.get("content-type") == ts.headers.get("content-type")
+    if "x-handler-tag" in ts.headers:
+        assert sl.headers["x-handler-tag"] == ts.headers["x-handler-tag"]
+
+
+def test_base_handler_on_torchscript_is_byte_identical(envelope_pair: tuple[StorePeer, TorchServeStoreServer]) -> None:
+    for clients in _clients(*envelope_pair):
+        for x in ([[1.0, 2.0, 3.0, 4.0], [0.5, 0.0, -1.0, 2.0]], [[0.1, 0.2, 0.3, 0.4]]):
+            answers = [c.post("/predictions/scripted", json={"instances": x}) for c in clients]
+            assert answers[0].status_code == 200, answers[0].text
+            _same(answers)
+
+
 REQUESTS = [
-    ("scripted", {"content": json.dumps({"instances": [[1.0, 2.0, 3.0, 4.0], [0.5, 0.0, -1.0, 2.0]]}),
-                  "headers": {"content-type": "application/json"}}),
     ("eager", {"content": b"[1, 2, 3, 4]", "headers": {"content-type": "application/json"}}),
     ("eager", {"content": b"[1, 2, 3, 4]"}),  # no content type: the handler gets bytes
     ("eager", {"content": b'{"not": 4}', "headers": {"content-type": "application/json"}}),  # handler fails: 503
@@ -117,13 +164,7 @@ REQUESTS = [
 
 @pytest.mark.parametrize(("model", "request_kwargs"), REQUESTS)
 def test_rest_predictions_are_byte_identical(both: tuple[httpx.Client, httpx.Client], model: str, request_kwargs: dict) -> None:
-    answers = [c.post(f"/predictions/{model}", **request_kwargs) for c in both]
-    ts, sl = answers
-    assert sl.status_code == ts.status_code, (ts.text, sl.text)
-    assert sl.content == ts.content
-    assert sl.headers.get("content-type") == ts.headers.get("content-type")
-    if "x-handler-tag" in ts.headers:
-        assert sl.headers["x-handler-tag"] == ts.headers["x-handler-tag"]
+    _same([c.post(f"/predictions/{model}", **request_kwargs) for c in both])
 
 
 def test_batches_of_four_on_both(both: tuple[httpx.Client, httpx.Client]) -> None:
@@ -138,7 +179,7 @@ def test_ping_and_describe(both: tuple[httpx.Client, httpx.Client], torchserve: 
     assert ts.get("/ping").content == sl.get("/ping").content
     keys = ("modelName", "modelVersion", "modelUrl", "batchSize", "maxBatchDelay", "minWorkers", "maxWorkers")
     with httpx.Client(timeout=30) as client:
-        for model in MODELS:
+        for model in ARCHIVES:
             a = client.get(f"{torchserve.management_url}/models/{model}").json()[0]
             b = client.get(f"{servelab.management_url}/models/{model}").json()[0]
             assert {k: b[k] for k in keys} == {k: a[k] for k in keys}, model

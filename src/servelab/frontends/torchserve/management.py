@@ -102,6 +102,8 @@ class Management:
         meta = self.dp.model_metadata(view.name, view.version)
         workers = _instances(config)
         delay_us = config.dynamic_batching.max_queue_delay_microseconds if config.HasField("dynamic_batching") else 0
+        if not delay_us and view.params.max_batch_delay_ms is not None:
+            delay_us = view.params.max_batch_delay_ms * 1000
         default = model_view(self.dp, view.name, "", self.defaults)
         version = view.torchserve_version or meta["versions"][-1]
         return {
