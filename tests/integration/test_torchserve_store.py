@@ -198,3 +198,49 @@ def test_grpc_management_api(ts_server: TorchServeStoreServer) -> None:
         with pytest.raises(grpc.RpcError) as missing:
             stub.DescribeModel(ts_pb.management_pb2.DescribeModelRequest(model_name="nope"))
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_import_writes_a_repository_that_answers_the_same(store: Path, rest: httpx.Client, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from harness.servers import ServerProcess
+
+    out, report = tmp_path / "repo", tmp_path / "report.md"
+    done = subprocess.run([sys.executable, "-m", "servelab.cli", "import", "torchserve", str(store), "--out", str(out),
+                           "--report", str(report)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["batcher", "eager", "streamer"]
+    assert (out / "eager" / "1" / "MAR-INF" / "MANIFEST.json").is_file()
+    rows = {line.split(" | ")[0].strip("| "): line for line in report.read_text().splitlines()[2:]}
+    assert "| no |" in rows["eager"] and "Triton has no such backend" in rows["eager"]  # check-triton's verdict
+    server = ServerProcess(out, tmp_path / "imported.log").start()
+    try:
+        with httpx.Client(base_url=server.http_url, timeout=120) as imported:
+            for model, body in (("eager", b"[1, 2, 3, 4]"), ("eager", b"{}"), ("streamer", b"go")):
+                for version in ("", "/1.0"):
+                    a = imported.post(f"/predictions/{model}{version}", content=body)
+                    b = rest.post(f"/predictions/{model}{version}", content=body)
+                    assert (a.status_code, a.content) == (b.status_code, b.content)
+    finally:
+        assert server.stop() == 0, server.log_tail()
+
+
+def test_token_authorization_with_key_file(store: Path, tmp_path: Path) -> None:
+    """Without disable_token_authorization, TorchServe's key_file.json keys are required."""
+    config = tmp_path / "config.properties"
+    config.write_text(f"model_store={store}\nload_models=eager.mar\n")
+    key_file = tmp_path / "key_file.json"
+    server = TorchServeStoreServer(store, tmp_path / "keys.log", ["--key-file", str(key_file)], config=config).start()
+    try:
+        keys = json.loads(key_file.read_text())
+        url = f"{server.http_url}/predictions/eager"
+        assert httpx.post(url, json=[1, 2, 3, 4], timeout=60).status_code == 401
+        bearer = {"Authorization": f"Bearer {keys['inference']['key']}"}
+        assert httpx.post(url, json=[1, 2, 3, 4], headers=bearer, timeout=60).status_code == 200
+        models = f"{server.management_url}/models"
+        assert httpx.get(models, headers=bearer, timeout=60).status_code == 401  # management needs its own key
+        listed = httpx.get(models, headers={"Authorization": f"Bearer {keys['management']['key']}"}, timeout=60)
+        assert [m["modelName"] for m in listed.json()["models"]] == ["eager"]  # load_models named only eager
+    finally:
+        assert server.stop() == 0, server.log_tail()
