@@ -244,3 +244,12 @@ def test_token_authorization_with_key_file(store: Path, tmp_path: Path) -> None:
         assert [m["modelName"] for m in listed.json()["models"]] == ["eager"]  # load_models named only eager
     finally:
         assert server.stop() == 0, server.log_tail()
+
+
+def test_metrics_port_has_torchserve_names(ts_server: TorchServeStoreServer, rest: httpx.Client) -> None:
+    assert rest.post("/predictions/eager", json=[1, 2, 3, 4]).status_code == 200
+    text = httpx.get(f"{ts_server.metrics_url}/metrics", timeout=30).text
+    lines = [line for line in text.splitlines() if line.startswith("ts_inference_requests_total{") and 'model_name="eager"' in line]
+    assert lines and float(lines[0].rsplit(" ", 1)[1]) >= 1
+    assert "ts_inference_latency_microseconds{" in text
+    assert "ts_queue_latency_microseconds{" in text

@@ -39,6 +39,7 @@ from servelab.frontends.http_protocol import bounded_protocol
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
 from servelab.frontends.watchdog import watch_loop
 from servelab.metrics import ServerMetrics
+from servelab.metrics.torchserve import TorchServeCollector
 from servelab.repository import ModelRepository
 from servelab.repository.tfserving import TfServingRepository
 from servelab.repository.torchserve import TorchServeRepository
@@ -110,6 +111,7 @@ class Server:
         )
         #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
         self.metrics = ServerMetrics(self.metrics_registry, self.registry)
+        self.metrics_registry.register(TorchServeCollector(self.registry))  # TorchServe's names, for its scrapers
         self.torchserve_defaults: dict[str, str] = {}
         self.ports: dict[str, int] = {}
         self._uvicorns: list[_Uvicorn] = []

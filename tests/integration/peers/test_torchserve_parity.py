@@ -51,6 +51,7 @@ class StorePeer(TorchServePeer):
         self.extra_config = extra_config
         self.grpc = {"inference": 0, "management": 0}
         self.url = ""
+        self.metrics_url = ""
 
     def start(self) -> Endpoint:
         shutil.copytree(self.store, self.work_dir / "model-store", dirs_exist_ok=True)
@@ -67,6 +68,7 @@ class StorePeer(TorchServePeer):
         self.management_url = f"http://{HOST}:{ports[1]}"
         self.grpc = {"inference": ports[3], "management": ports[4]}
         self.url = f"http://{HOST}:{ports[0]}"
+        self.metrics_url = f"http://{HOST}:{ports[2]}"
         self._wait_http(f"{self.url}/ping", 180.0, lambda s, b: s == 200 and b"Healthy" in b)
         wait_until(self._all_ready, 300.0, "TorchServe workers of every model", self.process.exited if self.process else None)
         return Endpoint(url=self.url, kind="torchserve", model="*", pid=proc.pid)
@@ -207,3 +209,23 @@ def test_grpc_predictions_are_identical(torchserve: StorePeer, servelab: TorchSe
                                         inputs: dict[str, bytes], stream: bool) -> None:
     expected = _grpc_answers(torchserve.grpc["inference"], model, inputs, stream)
     assert _grpc_answers(servelab.grpc_inference_port, model, inputs, stream) == expected
+
+
+def _ts_samples(text: str) -> set[tuple[str, tuple[str, ...]]]:
+    """(sample name, label names) of TorchServe's ts_* metrics in an exposition."""
+    found = set()
+    for line in text.splitlines():
+        if line.startswith("ts_") and "{" in line:
+            name, _, rest = line.partition("{")
+            labels = (p.split("=")[0] for p in rest.split("}")[0].split(",") if p)  # TorchServe ends with ","
+            found.add((name, tuple(sorted(labels))))
+    return found
+
+
+def test_metrics_names_where_a_scrape_config_expects_them(both: tuple[httpx.Client, httpx.Client], torchserve: StorePeer,
+                                                          servelab: TorchServeStoreServer) -> None:
+    for client in both:
+        assert client.post("/predictions/eager", json=[1, 2, 3, 4]).status_code == 200
+    expected = _ts_samples(httpx.get(f"{torchserve.metrics_url}/metrics", timeout=30).text)
+    assert expected, "TorchServe exported no ts_* metric"
+    assert expected <= _ts_samples(httpx.get(f"{servelab.metrics_url}/metrics", timeout=30).text)
