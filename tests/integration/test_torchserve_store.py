@@ -47,15 +47,21 @@ def ts_server(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 @pytest.fixture(scope="module")
-def rest(ts_server: TorchServeStoreServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ts_server.http_url, timeout=120) as client:
-        yield client
+def clients(ts_server: TorchServeStoreServer) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """(inference port, management port) clients."""
+    with httpx.Client(base_url=ts_server.http_url, timeout=120) as inference, \
+         httpx.Client(base_url=ts_server.management_url, timeout=120) as management:
+        yield inference, management
 
 
-@pytest.fixture(scope="module")
-def management(ts_server: TorchServeStoreServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ts_server.management_url, timeout=120) as client:
-        yield client
+@pytest.fixture
+def rest(clients: tuple[httpx.Client, httpx.Client]) -> httpx.Client:
+    return clients[0]
+
+
+@pytest.fixture
+def management(clients: tuple[httpx.Client, httpx.Client]) -> httpx.Client:
+    return clients[1]
 
 
 def _eager_reference(work: Path, x: list[float]) -> list[float]:
