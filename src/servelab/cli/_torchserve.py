@@ -19,7 +19,7 @@ from typing import Any
 
 from servelab.repository.torchserve_properties import TorchServeProperties, parse_properties, read_properties
 
-__all__ = ["TorchServeSetup", "torchserve_setup"]
+__all__ = ["TorchServeSetup", "apply", "split_models", "torchserve_setup"]
 
 log = logging.getLogger("servelab.torchserve")
 
@@ -34,6 +34,17 @@ class TorchServeSetup:
     limits: dict[str, Any] = field(default_factory=dict)
     torchserve: dict[str, Any] = field(default_factory=dict)
     token_auth: bool = True
+
+
+def split_models(arguments: list[Path], models: list[str] | None) -> tuple[list[Path], list[str] | None]:
+    """TorchServe's ``--models a=a.mar b=b.mar`` takes several values; after the first, click hands them
+    over as positional arguments. With a model store, those that name archives are models."""
+    def is_model(text: str) -> bool:
+        return text == "all" or "=" in text or text.endswith((".mar", ".tar.gz", ".model"))
+
+    extra = [str(a) for a in arguments if is_model(str(a))]
+    rest = [a for a in arguments if not is_model(str(a))]
+    return rest, [*(models or []), *extra] if extra or models else None
 
 
 def _properties(config: Path) -> TorchServeProperties:

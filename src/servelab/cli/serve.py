@@ -135,7 +135,9 @@ def serve(
             torchserve={"grpc_inference_port": grpc_inference_port, "grpc_management_port": grpc_management_port},
         )
         if torchserve_config is not None or model_store is not None:
-            from servelab.cli._torchserve import apply, torchserve_setup
+            from servelab.cli._torchserve import apply, split_models, torchserve_setup
+
+            repositories, models = split_models(repositories or [], models)
 
             setup = torchserve_setup(torchserve_config, model_store, models, enable_model_api, disable_token_auth or disable_auth)
             flags = apply(setup, flags)
