@@ -85,6 +85,7 @@ class TorchServeHandlerBackend(Backend):
         envelope = self.params.envelope  # TorchServe: service_envelope of config.properties (the manifest's is replaced)
         if not handler:
             raise InvalidArgument(f"model '{self.ctx.model_name}': {MANIFEST} names no handler")
+        sys.path[:] = [os.path.abspath(p) for p in sys.path if p]  # relative entries would move with the cwd
         os.chdir(model_dir)  # TorchServe starts its worker in the model folder, with it on the path
         sys.path.insert(0, str(model_dir))
         metrics = _metrics_cache(self.ctx.model_name)
@@ -133,7 +134,9 @@ class TorchServeHandlerBackend(Backend):
     # ----- one batch through TorchServe's Service -----
     def _predict(self, batch: list[tuple[str, TsRequest]]) -> dict[str, TsResponse]:
         otf = importlib.import_module("ts.protocol.otf_message_handler")
-        _, message = otf.retrieve_msg(BufferConnection(encode_batch(batch)))
+        frames = BufferConnection(encode_batch(batch))
+        frames.recv(1)  # the b"I" command: read the requests as retrieve_msg does, without its log line per batch
+        message = otf._retrieve_inference_msg(frames)
         self._sink.messages.clear()
         final = parse_response(self.service.predict(message))
         streamed = [parse_response(m) for m in self._sink.messages]
