@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from servelab.backends.parameters import TorchServeHandlerParameters
 from servelab.core.dataplane import DataPlane
-from servelab.errors import NotFound, ServelabError
+from servelab.errors import NotFound
 from servelab.protocol import model_config_pb2 as mc
 from servelab.protocol.torchserve_envelope import (
     BODY,
@@ -62,7 +62,7 @@ def model_view(dp: DataPlane, name: str, version: str, defaults: dict[str, str])
     if number:
         try:
             dp.model_config(name, number)
-        except ServelabError:
+        except NotFound:  # a version that breaks the rule stays a 400 (servelab.trust)
             raise NotFound(f"Model version: {wanted} does not exist for model: {name}") from None
     shown = wanted or (params.torchserve_version(int(number)) if number else "")
     return ModelView(name, number, shown, config.backend == HANDLER_BACKEND, params)

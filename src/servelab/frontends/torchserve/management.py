@@ -166,8 +166,9 @@ class Management:
         if model_name:
             check_model_name(model_name, "register: model_name")
             if model_name != name:
+                what = "model" if store is not None else "model folder"
                 raise InvalidArgument(
-                    f"register: model_name {model_name!r} differs from the model {name!r} that url names; "
+                    f"register: model_name {model_name!r} differs from the {what} {name!r} that url names; "
                     "a model is served under the name its archive (or folder) gives"
                 )
         return name
