@@ -90,7 +90,8 @@ class Server:
         #: a TF Serving model config instead of a repository: polled on TF Serving's own schedule
         self.tfserving = TfServingRepository.from_settings(tfs) if tfs.config_file else None
         #: a TorchServe model store: models load as load_models says, register/unregister load the others
-        self.torchserve = (TorchServeRepository.from_settings(settings.torchserve, settings.workers.max_workers_per_model)
+        self.torchserve = (TorchServeRepository.from_settings(settings.torchserve, settings.workers.max_workers_per_model,
+                                                              settings.limits.request_timeout_s)
                            if settings.torchserve.model_store else None)  # fmt: skip
         self._startup_models = (self.torchserve.startup_models(settings.torchserve.load_models) if self.torchserve
                                 else list(settings.load_models))  # fmt: skip

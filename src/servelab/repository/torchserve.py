@@ -61,6 +61,7 @@ class TorchServeRepository(ModelRepository):
         response_timeout_s: int = 120,
         max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES,
         envelope: str | None = None,
+        request_timeout_s: float = 0.0,
     ) -> None:
         super().__init__([])
         self.store = Path(store).resolve()
@@ -75,6 +76,8 @@ class TorchServeRepository(ModelRepository):
         self.max_unpacked_bytes = max_unpacked_bytes
         #: config.properties service_envelope: every handler's request envelope, as in TorchServe
         self.envelope = envelope
+        #: the server's request deadline (0 = unknown): a longer responseTimeout is named in the log
+        self.request_timeout_s = request_timeout_s
         self._lock = threading.RLock()
         self._unpacked_root = Path(tempfile.mkdtemp(prefix="servelab-torchserve-"))
         weakref.finalize(self, shutil.rmtree, str(self._unpacked_root), True)
@@ -84,7 +87,7 @@ class TorchServeRepository(ModelRepository):
         self._plans: dict[str, ModelPlan | ServelabError] = {}
 
     @classmethod
-    def from_settings(cls, settings: TorchServeSettings, max_workers: int) -> TorchServeRepository:
+    def from_settings(cls, settings: TorchServeSettings, max_workers: int, request_timeout_s: float = 0.0) -> TorchServeRepository:
         """The repository ``servelab serve --torchserve-config`` serves."""
         assert settings.model_store is not None, "TorchServeSettings is checked first"
         renames = {}
@@ -95,7 +98,8 @@ class TorchServeRepository(ModelRepository):
         return cls(settings.model_store, properties_models=settings.models, renames=renames,
                    default_workers=settings.default_workers or default_threads(), max_workers=max_workers,
                    response_timeout_s=settings.default_response_timeout_s,
-                   max_unpacked_bytes=settings.max_unpacked_bytes, envelope=settings.service_envelope)  # fmt: skip
+                   max_unpacked_bytes=settings.max_unpacked_bytes, envelope=settings.service_envelope,
+                   request_timeout_s=request_timeout_s)  # fmt: skip
 
     def startup_models(self, load_models: list[str]) -> list[str]:
         """The models ``load_models`` names (``all`` = every model of the store), as registry names."""
@@ -178,7 +182,11 @@ class TorchServeRepository(ModelRepository):
             raise InvalidArgument(f"model '{name}' comes from the TorchServe model store: put its archive there "
                                   "instead of sending files with the load request")
         plan = self._plan(name)
-        for note in plan.notes:
+        notes = list(plan.notes)
+        if 0 < self.request_timeout_s < plan.knobs.response_timeout_s:
+            notes.append(f"responseTimeout {plan.knobs.response_timeout_s} s is longer than the server's request "
+                         f"timeout ({self.request_timeout_s:g} s, --request-timeout-s), which applies to every model")
+        for note in notes:
             self._note(f"{name}:{note}", f"model {name}: {note}")
         config = mc.ModelConfig()
         config.CopyFrom(plan.config)
