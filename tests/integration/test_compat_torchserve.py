@@ -42,7 +42,7 @@ def test_predictions_errors(rest: httpx.Client) -> None:
     r = rest.post("/predictions/nope", json=[1])
     assert r.status_code == 404
     assert r.json()["code"] == 404 and r.json()["type"] == "ModelNotFoundException"
-    assert "Request for unknown model: 'nope'" in r.json()["message"]
+    assert r.json()["message"] == "Model not found: nope"  # TorchServe's words
     r = rest.post("/predictions/classify", content=b"\x01\x02", headers={"Content-Type": "application/octet-stream"})
     assert r.status_code == 400 and "send it as a JSON array" in r.json()["message"]
     r = rest.post("/predictions/simple", json=[1, 2])

@@ -46,6 +46,7 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "ensemble": ("servelab.backends.ensemble:EnsembleBackend", None),
     "tensorrt": ("servelab.backends.tensorrt:TensorRTBackend", "tensorrt"),
     "tensorflow": ("servelab.backends.tensorflow:TensorFlowBackend", "tensorflow"),
+    "torchserve_handler": ("servelab.backends.torchserve_handler:TorchServeHandlerBackend", "torchserve"),
 }
 
 _PLATFORMS = {

@@ -12,6 +12,7 @@ the core, so that backends, schedulers, the repository and the advisor can all i
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -28,6 +29,7 @@ __all__ = [
     "TensorFlowParameters",
     "TensorRTParameters",
     "TorchParameters",
+    "TorchServeHandlerParameters",
     "parameters_for",
 ]
 
@@ -267,6 +269,72 @@ class TensorRTParameters(ModelParameters):
     reader: ClassVar[str] = "tensorrt"
 
 
+def _json_map(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise ValueError("a JSON object") from None
+    return value
+
+
+class TorchServeHandlerParameters(ModelParameters):
+    """A TorchServe model (backends/torchserve_handler.py) and what TorchServe's front doors show of it.
+
+    Written by the TorchServe model store reader (repository/torchserve_layout.py) and by
+    ``servelab import torchserve``, read by the backend and the TorchServe front doors.
+    """
+
+    reader: ClassVar[str] = "torchserve_handler"
+
+    handler: str | None = Field(
+        None, min_length=1, alias="torchserve_handler", description="Handler entry point; overrides MANIFEST.json's."
+    )
+    envelope: str | None = Field(
+        None, min_length=1, alias="torchserve_envelope", description="TorchServe request envelope (e.g. 'json', 'kservev2')."
+    )
+    version_numbers: dict[str, int] = Field(
+        default_factory=dict, alias="torchserve_versions",
+        description="TorchServe version (MANIFEST modelVersion, e.g. '1.0') -> servelab version number.",
+    )
+    default_version: str | None = Field(
+        None, min_length=1, alias="torchserve_default_version", description="The version TorchServe's APIs use by default."
+    )
+    urls: dict[str, str] = Field(
+        default_factory=dict, alias="torchserve_urls", description="TorchServe version -> its archive in the model store."
+    )
+    max_workers: int | None = Field(None, ge=1, alias="torchserve_max_workers", description="model-config.yaml maxWorkers.")
+    max_batch_delay_ms: int | None = Field(
+        None, ge=0, alias="torchserve_max_batch_delay_ms", description="maxBatchDelay (ms), also when batchSize is 1."
+    )
+    response_timeout_s: int | None = Field(
+        None, ge=0, alias="torchserve_response_timeout_s", description="model-config.yaml responseTimeout (seconds)."
+    )
+
+    _json = field_validator("version_numbers", "urls", mode="before")(_json_map)
+
+    def to_map(self) -> dict[str, str]:
+        values = super().to_map()
+        for field, key in (("version_numbers", "torchserve_versions"), ("urls", "torchserve_urls")):
+            if getattr(self, field):
+                values[key] = json.dumps(getattr(self, field), sort_keys=True)
+        return values
+
+    def servelab_version(self, version: str) -> str:
+        """The servelab version of a TorchServe version string ("" -> the default; a number passes)."""
+        version = version or self.default_version or ""
+        if version in self.version_numbers:
+            return str(self.version_numbers[version])
+        return version
+
+    def torchserve_version(self, version: int) -> str:
+        """The TorchServe version string of a servelab version number."""
+        for text, number in self.version_numbers.items():
+            if number == version:
+                return text
+        return str(version)
+
+
 class SchedulerParameters(ModelParameters):
     """How a loaded version is scheduled (core/batching/factory.py, core/scheduling.py)."""
 
@@ -292,6 +360,7 @@ BACKEND_PARAMETERS: dict[str, type[ModelParameters]] = {
     "pytorch": TorchParameters,
     "tensorflow": TensorFlowParameters,
     "tensorrt": TensorRTParameters,
+    "torchserve_handler": TorchServeHandlerParameters,
 }
 
 

@@ -14,10 +14,12 @@ from typing import Annotated, Any
 import typer
 from pydantic import SecretStr, ValidationError
 
+from servelab.errors import ServelabError
+
 __all__ = ["build_settings", "register", "serve"]
 
 #: settings groups whose flags merge into the file's / environment's values instead of replacing them
-_NESTED = ("limits", "auth", "tls", "tfserving", "routing")
+_NESTED = ("limits", "auth", "tls", "tfserving", "routing", "torchserve")
 
 
 def build_settings(repositories: list[Path], settings_file: Path | None, **flags: Any) -> Any:
@@ -96,15 +98,21 @@ def serve(
     tfserving_batching: Annotated[bool, typer.Option("--enable-batching", "--enable_batching", help="TF Serving batching for every batching signature.")] = False,
     tfserving_batching_file: Annotated[Path | None, typer.Option("--batching-parameters-file", "--batching_parameters_file", help="TF Serving BatchingParameters file (implies --enable-batching).")] = None,
     routing_state: Annotated[Path | None, typer.Option("--routing-state", help="sqlite file keeping rollouts, default versions and their audit log across restarts [in memory].")] = None,
+    torchserve_config: Annotated[Path | None, typer.Option("--torchserve-config", "--ts-config", help="Serve a TorchServe config.properties (or a model store folder) instead of a repository.")] = None,
+    model_store: Annotated[Path | None, typer.Option("--model-store", help="TorchServe model store (.mar, .tar.gz, model folders); overrides config.properties.")] = None,
+    models: Annotated[list[str] | None, typer.Option("--models", help="TorchServe's --models: 'all' or [name=]archive (repeatable, or comma-separated).")] = None,
+    enable_model_api: Annotated[bool, typer.Option("--enable-model-api", help="TorchServe: allow register/unregister through the management API.")] = False,
+    disable_token_auth: Annotated[bool, typer.Option("--disable-token-auth", help="TorchServe: serve without key_file.json tokens.")] = False,
+    grpc_inference_port: Annotated[int | None, typer.Option("--grpc-inference-port", help="TorchServe gRPC inference port [7070 with a store].")] = None,
+    grpc_management_port: Annotated[int | None, typer.Option("--grpc-management-port", help="TorchServe gRPC management port [7071 with a store].")] = None,
+    _ncs: Annotated[bool, typer.Option("--ncs", hidden=True, help="TorchServe's no-config-snapshot flag (servelab keeps none).")] = False,
     settings_file: Annotated[Path | None, typer.Option("--settings", help="JSON settings file.")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug | info | warning | error.")] = "info",
 ) -> None:
     """Serve the models in REPO over OIP REST + gRPC, TF Serving REST and TorchServe's APIs."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = build_settings(
-            [*(repositories or []), *(model_repository or [])],
-            settings_file,
+        flags = dict(
             http_port=http_port,
             grpc_port=grpc_port,
             metrics_port=metrics_port,
@@ -127,7 +135,7 @@ def serve(
             },
             auth={
                 "management_key": _secret(management_key), "inference_key": _secret(inference_key), "key_file": key_file,
-                "disable_auth": disable_auth or None, "http_restricted_api": http_restricted_api or None,
+                "disable_auth": (disable_auth or disable_token_auth) or None, "http_restricted_api": http_restricted_api or None,
                 "grpc_restricted_protocol": grpc_restricted_protocol or None,
             },
             tls={
@@ -142,13 +150,27 @@ def serve(
                 "batching_parameters_file": tfserving_batching_file,
             },
             routing={"state_db": routing_state},
+            torchserve={"grpc_inference_port": grpc_inference_port, "grpc_management_port": grpc_management_port},
         )
+        folders = [*(repositories or []), *(model_repository or [])]
+        if torchserve_config is not None or model_store is not None:
+            from servelab.cli._torchserve import apply, split_models, torchserve_setup
+
+            folders, models = split_models(folders, models)
+
+            setup = torchserve_setup(torchserve_config, model_store, models, enable_model_api, disable_token_auth or disable_auth)
+            flags = apply(setup, flags)
+        settings = build_settings(folders, settings_file, **flags)
+    except ServelabError as exc:  # a TorchServe config.properties that cannot be used
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(code=2) from None
     except (ValidationError, ValueError) as exc:
         typer.echo(f"error: invalid settings: {exc}", err=True)
         raise typer.Exit(code=2) from None
     missing = [str(p) for p in settings.model_repository if not Path(p).is_dir()]
-    if not settings.model_repository and settings.tfserving.config_file is None:
-        typer.echo("error: give a model repository folder or --tfserving-config models.config", err=True)
+    if not settings.model_repository and settings.tfserving.config_file is None and settings.torchserve.model_store is None:
+        typer.echo("error: give a model repository folder, --tfserving-config models.config or "
+                   "--torchserve-config config.properties (with model_store) / --model-store", err=True)
         raise typer.Exit(code=2)
     if missing:
         typer.echo(f"error: model repository folder(s) not found: {', '.join(missing)}", err=True)
@@ -156,7 +178,6 @@ def serve(
 
     import uvloop
 
-    from servelab.errors import ServelabError
     from servelab.frontends.auth import AuthSetupError
     from servelab.frontends.server import Server
 

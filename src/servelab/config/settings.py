@@ -347,6 +347,53 @@ class RoutingSettings(BaseModel):
         20000, ge=100, description="Latency samples kept per variant and rollout step for the P99 gate (the newest)."
     )
 
+class TorchServeSettings(BaseModel):
+    """Serving a TorchServe model store instead of a model repository, with TorchServe's keys
+    (``servelab serve --torchserve-config config.properties`` or ``--model-store``)."""
+
+    config_file: Path | None = Field(None, description="The config.properties these settings were read from (for messages).")
+    model_store: Path | None = Field(
+        None, description="TorchServe's model_store / --model-store: .mar, .tar.gz and model folders; replaces model_repository."
+    )
+    load_models: list[str] = Field(
+        default_factory=list, description="load_models / --models: 'all', or [name=]archive entries to load at start."
+    )
+    models: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict, description="config.properties models={...}: model -> version -> minWorkers, batchSize, ..."
+    )
+    default_workers: int | None = Field(
+        None, ge=1, description="default_workers_per_model; unset = the logical processors, as in TorchServe."
+    )
+    default_response_timeout_s: int = Field(120, ge=1, description="default_response_timeout: a model's responseTimeout when it sets none.")
+    enable_model_api: bool = Field(
+        False, description="enable_model_api / --enable-model-api: allow register and unregister (TorchServe 0.12: off)."
+    )
+    grpc_inference_port: int | None = Field(
+        None, ge=0, le=65535, description="TorchServe's gRPC inference API; unset = 7070 with a model store, else not served."
+    )
+    grpc_management_port: int | None = Field(
+        None, ge=0, le=65535, description="TorchServe's gRPC management API; unset = 7071 with a model store, else not served."
+    )
+    max_unpacked_bytes: int = Field(16 * 1024**3, gt=0, description="Largest total size one archive may unpack to.")
+    service_envelope: str | None = Field(
+        None, min_length=1, description="service_envelope: the request envelope of every handler ('json', 'kserve', 'kservev2')."
+    )
+
+    @model_validator(mode="after")
+    def _store(self) -> TorchServeSettings:
+        if self.model_store is not None and not Path(self.model_store).is_dir():
+            raise ValueError(f"torchserve.model_store: no folder at {self.model_store}")
+        if self.model_store is None and self.load_models:
+            raise ValueError("torchserve.load_models (--models) needs torchserve.model_store (--model-store)")
+        return self
+
+    def grpc_ports(self) -> dict[str, int]:
+        """The TorchServe gRPC ports to open: given ones, else TorchServe's defaults when a store is served."""
+        serving = self.model_store is not None
+        ports = {"torchserve_grpc_inference": self.grpc_inference_port, "torchserve_grpc_management": self.grpc_management_port}
+        defaults = {"torchserve_grpc_inference": 7070, "torchserve_grpc_management": 7071}
+        return {k: v if v is not None else defaults[k] for k, v in ports.items() if v is not None or serving}
+
 
 class ServerSettings(BaseSettings):
     """Everything `servelab serve` needs. Flags override SERVELAB_* variables, which override the settings
@@ -386,6 +433,9 @@ class ServerSettings(BaseSettings):
     routing: RoutingSettings = Field(
         default_factory=RoutingSettings, description="Version routing: rollout state file, gate evaluation, shadow budget."
     )
+    torchserve: TorchServeSettings = Field(
+        default_factory=TorchServeSettings, description="Serve a TorchServe model store (config.properties keys)."
+    )
 
     @model_validator(mode="after")
     def _ports_distinct(self) -> ServerSettings:
@@ -395,12 +445,20 @@ class ServerSettings(BaseSettings):
             "metrics_port": self.metrics_port,
             "management_port": self.management_port,
         }
+        ports.update(self.torchserve.grpc_ports())
         used = [p for p in ports.values() if p]
         if len(used) != len(set(used)):
-            raise ValueError(f"http_port, grpc_port, metrics_port and management_port must differ (got {ports})")
+            names = list(ports)
+            raise ValueError(f"{', '.join(names[:-1])} and {names[-1]} must differ (got {ports})")
         if self.tfserving.config_file is not None and self.model_repository:
             raise ValueError("model_repository and tfserving.config_file are both set: serve a model repository "
                              "or a TF Serving model config (servelab import tfserving turns one into the other)")
+        sources = [n for n, given in (("model_repository", bool(self.model_repository)),
+                                      ("tfserving.config_file", self.tfserving.config_file is not None),
+                                      ("torchserve.model_store", self.torchserve.model_store is not None)) if given]
+        if len(sources) > 1:
+            raise ValueError(f"{' and '.join(sources)} are both set: serve one of a model repository, a TF Serving "
+                             "config or a TorchServe model store (servelab import turns the others into a repository)")
         return self
 
     @classmethod

@@ -40,8 +40,10 @@ from servelab.frontends.rest.app import create_app, create_management_app, creat
 from servelab.frontends.shared_memory import SharedMemory
 from servelab.frontends.watchdog import watch_loop
 from servelab.metrics import ServerMetrics
+from servelab.metrics.torchserve import TorchServeCollector
 from servelab.repository import ModelRepository
 from servelab.repository.tfserving import TfServingRepository
+from servelab.repository.torchserve import TorchServeRepository
 
 __all__ = ["Server"]
 
@@ -88,11 +90,18 @@ class Server:
         tfs = settings.tfserving
         #: a TF Serving model config instead of a repository: polled on TF Serving's own schedule
         self.tfserving = TfServingRepository.from_settings(tfs) if tfs.config_file else None
+        #: a TorchServe model store: models load as load_models says, register/unregister load the others
+        self.torchserve = (TorchServeRepository.from_settings(settings.torchserve, settings.workers.max_workers_per_model,
+                                                              settings.limits.request_timeout_s)
+                           if settings.torchserve.model_store else None)  # fmt: skip
+        self._startup_models = (self.torchserve.startup_models(settings.torchserve.load_models) if self.torchserve
+                                else list(settings.load_models))  # fmt: skip
+        mode = ControlMode.POLL if self.tfserving else ControlMode.EXPLICIT if self.torchserve else settings.model_control_mode
         self.registry = ModelRegistry(
-            self.tfserving or ModelRepository(
+            self.tfserving or self.torchserve or ModelRepository(
                 list(settings.model_repository), allow_custom_backends=settings.allow_custom_backends,
                 auto_complete=settings.auto_complete_config),
-            ControlMode.POLL if self.tfserving else settings.model_control_mode,
+            mode,
             max_tensor_elements=settings.limits.max_tensor_elements,
             drain_timeout_s=settings.exit_timeout_s,
             poll_secs=tfs.poll_tick_s if self.tfserving else settings.repository_poll_secs,
@@ -109,9 +118,11 @@ class Server:
         #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
         self.metrics = ServerMetrics(self.metrics_registry, self.registry, routing=self.dataplane.router)
         self.registry.custom_metrics = self.metrics.custom  # python models' pb_utils.MetricFamily
+        self.metrics_registry.register(TorchServeCollector(self.registry))  # TorchServe's names, for its scrapers
         self.ports: dict[str, int] = {}
         self._uvicorns: list[_Uvicorn] = []
         self._grpc: Any = None
+        self._grpc_torchserve: list[Any] = []
         self._stop: asyncio.Event | None = None
         self._signals = 0
 
@@ -195,6 +206,12 @@ class Server:
             shared_memory=self.shared_memory,
         )
         self.ports["grpc"] = int(getattr(self._grpc, "servelab_bound_port", self.settings.grpc_port))
+        for name, port in self.settings.torchserve.grpc_ports().items():  # TorchServe's own gRPC ports
+            server = await module.start_torchserve_grpc_server(
+                name, self.dataplane, self.settings, port,
+                interceptors=grpc_interceptors(self.door), credentials=self._grpc_credentials)
+            self._grpc_torchserve.append(server)
+            self.ports[name] = int(server.servelab_bound_port)
 
     def _announce(self) -> None:
         log.info("servelab listening on %s: %s", self.settings.host,
@@ -202,9 +219,8 @@ class Server:
         print("SERVELAB_PORTS " + json.dumps(self.ports), flush=True, file=sys.stdout)
 
     async def _load_startup_models(self) -> None:
-        s = self.settings
         try:
-            await asyncio.to_thread(self.dataplane.startup, list(s.load_models))
+            await asyncio.to_thread(self.dataplane.startup, self._startup_models)
         except Exception:
             log.exception("loading the start-up models failed")
         else:
@@ -226,6 +242,7 @@ class Server:
         stops: list[Any] = list(tasks)
         if self._grpc is not None:
             stops.append(self._grpc.stop(self._frontend_grace_s()))
+        stops.extend(g.stop(self._frontend_grace_s()) for g in self._grpc_torchserve)
         results = await asyncio.gather(*stops, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):

@@ -40,7 +40,7 @@ def _findings(path: Path) -> list[str]:
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min")
                 and any(_is_versions(a) for a in node.args)):
             found.append(f"{where}: {node.func.id}() over a versions mapping")
-        if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Del):  # `del x.versions[:]` edits a proto
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):  # writing or deleting is no choice
             if _is_versions(node.value):
                 found.append(f"{where}: indexes a versions mapping")
             inner = node.value

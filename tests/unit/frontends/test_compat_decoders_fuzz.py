@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from servelab.config.settings import LimitSettings
 from servelab.errors import ServelabError
-from servelab.frontends.rest import tfserving, torchserve
+from servelab.frontends.rest import tfserving
 from servelab.frontends.tfserving.catalog import InputView, SignatureView
+from servelab.frontends.torchserve.tensors import decode_body as torchserve_decode
 from servelab.protocol import tfserving as tfs
 from servelab.types import DataType
 
@@ -87,7 +88,7 @@ def test_tfserving_predict_bodies_decode_or_refuse(data: st.DataObject) -> None:
 @given(data=st.data(), content_type=st.sampled_from(["application/json", "", "application/octet-stream"]))
 def test_torchserve_prediction_bodies_decode_or_refuse(data: st.DataObject, content_type: str) -> None:
     meta = data.draw(metas())
-    _decodes_or_refuses(torchserve._decode, data.draw(bodies(meta)), content_type, meta, "m", LIMITS)
+    _decodes_or_refuses(torchserve_decode, data.draw(bodies(meta)), content_type, meta, "m", LIMITS)
 
 
 @pytest.mark.parametrize("depth", [40, 900, 3000])
@@ -95,6 +96,6 @@ def test_deep_nesting_is_invalid_argument_not_recursion(depth: int) -> None:
     body = ("[" * depth + '{"b64": "AAAA"}' + "]" * depth).encode()
     meta = {"inputs": [{"name": "a", "datatype": "BYTES", "shape": [-1]}]}
     with pytest.raises(ServelabError):
-        torchserve._decode(body, "application/json", meta, "m", LIMITS)
+        torchserve_decode(body, "application/json", meta, "m", LIMITS)
     with pytest.raises(ServelabError):
         tfserving._decode_predict(b'{"inputs": ' + body + b"}", _signature(meta), LIMITS)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servelab.backends.base import Inputs, Outputs
+from servelab.backends.parameters import TorchServeHandlerParameters
 from servelab.config.settings import RoutingSettings
 from servelab.core.registry import LoadedVersion, ModelRegistry
 from servelab.core.routing.choice import pick_random, pick_sticky
@@ -105,6 +106,8 @@ class Router:
         self._rng = random.Random()
         self._policies: dict[str, RoutingPolicy | None] = {}
         self._tf_labels: dict[str, dict[str, int]] = {}
+        #: the default a model's files name (a TorchServe archive's default version), below any policy or pin
+        self._source_defaults: dict[str, int | None] = {}
         self._shadow_plans: dict[str, ShadowPlan] = {}
         self._tables: dict[str, RouteTable] = {}
         self._variants: dict[tuple[str, str, str, int], VariantStats] = {}
@@ -340,6 +343,7 @@ class Router:
         labels (InvalidArgument fails the load); returns what to run once they serve."""
         policy = read_policy(source.directory, name) if source.directory is not None else None
         tf_labels = self._tf_labels_of(source)
+        source_default = self._source_default_of(source)
         served = sorted(source.versions)
         named = {f"TF Serving version_labels.{k}": v for k, v in tf_labels.items()}
         named.update(policy.versions_named() if policy is not None else {})
@@ -351,6 +355,7 @@ class Router:
         def commit() -> None:
             with self._lock:
                 self._policies[name], self._tf_labels[name] = policy, tf_labels
+                self._source_defaults[name] = source_default if source_default in source.versions else None
                 self._set_shadow_plan(name, policy)
                 self._check_rollout_versions(name, set(source.versions))
                 self.rebuild(name)
@@ -363,6 +368,16 @@ class Router:
         if PARAM_LABELS not in params:
             return {}
         return {str(k): int(v) for k, v in json.loads(params[PARAM_LABELS].string_value or "{}").items()}
+
+    @staticmethod
+    def _source_default_of(source: ModelSource) -> int | None:
+        """A TorchServe archive's default version (its store's), as a servelab version number."""
+        params = source.config.parameters
+        if "torchserve_default_version" not in params:
+            return None
+        ts = TorchServeHandlerParameters.read(source.config)
+        number = ts.servelab_version("")
+        return int(number) if number.isdigit() else None
 
     def _set_shadow_plan(self, name: str, policy: RoutingPolicy | None) -> None:
         shadow = policy.shadow if policy is not None else None
@@ -402,7 +417,8 @@ class Router:
     def rebuild(self, name: str) -> None:
         with self._lock:
             table = build_table(name, self._tf_labels.get(name, {}), self._policies.get(name),
-                                self.persisted.get(name), self.rollouts.get(name), self._shadow_plans.get(name))
+                                self.persisted.get(name), self.rollouts.get(name), self._shadow_plans.get(name),
+                                self._source_defaults.get(name))
             if table is None:
                 self._tables.pop(name, None)
             else:

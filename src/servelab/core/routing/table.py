@@ -83,10 +83,12 @@ def build_table(
     persisted: ModelRouting | None,
     rollout: Rollout | None,
     shadow: ShadowPlan | None,
+    source_default: int | None = None,
 ) -> RouteTable | None:
-    """The merged table, or None when nothing routes this model (requests take the plain path)."""
+    """The merged table, or None when nothing routes this model (requests take the plain path). The
+    default is, weakest first: the model's files' (a TorchServe archive's), the policy's, the pinned one."""
     labels = dict(tf_labels)
-    default = None
+    default = str(source_default) if source_default is not None else None
     if policy is not None:
         labels.update(policy.labels)
         default = policy.default

@@ -76,6 +76,8 @@ REST_ROUTES: dict[tuple[str, str], ApiGroup | None] = {
     ("PUT", "/predictions/{model}"): ApiGroup.INFERENCE,
     ("POST", "/predictions/{model}/{version}"): ApiGroup.INFERENCE,
     ("PUT", "/predictions/{model}/{version}"): ApiGroup.INFERENCE,
+    ("POST", "/predictions/{model}/{version}/{path:path}"): ApiGroup.INFERENCE,
+    ("PUT", "/predictions/{model}/{version}/{path:path}"): ApiGroup.INFERENCE,
     # TorchServe management API (management port): all of it is repository control
     ("OPTIONS", "/"): ApiGroup.MODEL_REPOSITORY,
     ("GET", "/models"): ApiGroup.MODEL_REPOSITORY,
@@ -89,6 +91,8 @@ REST_ROUTES: dict[tuple[str, str], ApiGroup | None] = {
 
 _OIP = "/inference.GRPCInferenceService/"
 _TFS = "/tensorflow.serving.PredictionService/"
+_TS_INFERENCE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/"
+_TS_MANAGEMENT = "/org.pytorch.serve.grpc.management.ManagementAPIsService/"
 
 #: gRPC full method name -> group (Triton's assignment of its RPCs to restricted protocols).
 GRPC_METHODS: dict[str, ApiGroup] = {
@@ -115,6 +119,11 @@ GRPC_METHODS: dict[str, ApiGroup] = {
     # servelab's rollout control (same port): management level, like repository control
     **{f"/servelab.rollout.v1.RolloutService/{m}": ApiGroup.MODEL_REPOSITORY
        for m in ("Status", "Start", "Pause", "Resume", "Abort", "Promote")},
+    # TorchServe's services (their own ports): health, predictions; management is repository control
+    _TS_INFERENCE + "Ping": ApiGroup.HEALTH,
+    **{_TS_INFERENCE + m: ApiGroup.INFERENCE for m in ("Predictions", "StreamPredictions", "StreamPredictions2")},
+    **{_TS_MANAGEMENT + m: ApiGroup.MODEL_REPOSITORY
+       for m in ("DescribeModel", "ListModels", "RegisterModel", "ScaleWorker", "SetDefault", "UnregisterModel")},
 }
 
 

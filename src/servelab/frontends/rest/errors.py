@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from servelab.errors import ErrorCode, ServelabError
+from servelab.frontends.torchserve.wire import rest_json
 
 __all__ = ["HTTP_STATUS", "error_response", "http_status", "install_error_handlers", "torchserve_error_body"]
 
@@ -46,6 +47,7 @@ _TS_TYPES = {
     400: "BadRequestException",
     401: "InvalidKeyException",
     404: "ModelNotFoundException",
+    405: "MethodNotAllowedException",
     409: "ConflictStatusException",
     413: "RequestEntityTooLargeException",
     499: "CancelledException",
@@ -61,8 +63,8 @@ def http_status(code: ErrorCode) -> int:
 
 
 def error_response(status: int, message: str, torchserve: bool = False) -> Response:
-    if torchserve:
-        return Response(orjson.dumps(torchserve_error_body(status, message)), status, media_type=_JSON)
+    if torchserve:  # TorchServe's Gson layout, byte for byte
+        return Response(rest_json(torchserve_error_body(status, message)), status, media_type=_JSON)
     return Response(orjson.dumps({"error": message}), status, media_type=_JSON)
 
 
@@ -77,7 +79,7 @@ def _is_torchserve(request: Request) -> bool:
 
 async def _servelab_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ServelabError)
-    status = http_status(exc.code)
+    status = getattr(exc, "http_status", None) or http_status(exc.code)  # a front door's own status, if any
     if status >= 500 and exc.code is ErrorCode.INTERNAL:
         log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
     return error_response(status, exc.message, _is_torchserve(request))

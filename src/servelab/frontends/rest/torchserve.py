@@ -1,132 +1,85 @@
-"""TorchServe's inference API on the HTTP port: ``GET /ping`` and ``POST /predictions/{m}[/{v}]``.
+"""TorchServe's inference API on the HTTP port: ``GET /ping`` and ``POST|PUT /predictions/{m}[/{v}[/path]]``.
 
-How a request body maps to the model's inputs (the model's config is the handler here):
-
-- JSON object whose keys are the model's input names: each value is that input's tensor as nested
-  lists (strings for BYTES, ``{"b64": ...}`` for binary).
-- JSON array (or any other JSON value) for a single-input model: the value is that input's tensor.
-- Anything else that is not JSON, for a single-input BYTES model: the raw body is one element.
-- A tensor whose rank equals the model's per-example rank (batched models) is one example: a batch
-  dimension of 1 is added, and removed again from the outputs.
-
-The response is the output's value for a single-output model, else ``{output_name: value}``. Errors
-are TorchServe's ``{"code": int, "type": str, "message": str}``. Without a version (or with a label)
-the router picks it (:mod:`servelab.core.routing`): the management API's ``set-default`` pins the
-default there, for every front door alike.
+A TorchServe archive (a ``torchserve_handler`` model) gets the request as TorchServe's frontend hands it
+to the handler (:mod:`servelab.frontends.torchserve.forms`) and the handler's answer goes back as
+TorchServe sends it: its status, content type (none if the handler sets none), headers and bytes;
+streamed parts as chunks; a failed batch as TorchServe's error JSON. Any other model maps the body to
+its tensors (:mod:`servelab.frontends.torchserve.tensors`). Errors are TorchServe's
+``{"code", "type", "message"}``; versions are TorchServe's strings for archives, servelab's numbers
+otherwise. Without a version (or with a label) the router picks it (:mod:`servelab.core.routing`):
+``set-default`` pins the default there, for every front door alike; else the store's default (archives)
+or the newest.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-import orjson
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from servelab.config.settings import LimitSettings
-from servelab.errors import InvalidArgument
 from servelab.frontends.rest._body import off_loop_if_large, read_body
 from servelab.frontends.rest._common import dataplane, json_response, settings
-from servelab.frontends.rest._values import shape_of, tensor_from_value, unb64
-from servelab.types import DataType, InferRequest, Tensor
+from servelab.frontends.torchserve import ModelView, model_view, predict
+from servelab.frontends.torchserve.forms import http_request
+from servelab.frontends.torchserve.tensors import decode_body, encode_outputs
+from servelab.frontends.torchserve.wire import INTERNAL_EXCEPTION, rest_error_body, rest_json
+from servelab.protocol.torchserve_envelope import TsResponse
+from servelab.types import InferRequest
 
-__all__ = ["routes"]
+__all__ = ["handler_response", "routes"]
+
+_JSON = "application/json"
 
 
 async def ping(request: Request) -> Response:
-    if dataplane(request).ready():
-        return json_response({"status": "Healthy"})
-    return json_response({"status": "Unhealthy"}, status=500)
+    healthy = dataplane(request).ready()
+    body = rest_json({"status": "Healthy" if healthy else "Unhealthy"})
+    return Response(body, 200 if healthy else 500, media_type=_JSON)
 
 
-def _parse(body: bytes | bytearray, content_type: str) -> tuple[bool, Any]:
-    """(is JSON, value)."""
-    try:
-        return True, orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        if "json" in content_type:
-            raise InvalidArgument(f"the body is declared as JSON but does not parse: {exc}") from None
-        return False, body
+def handler_response(answer: TsResponse) -> Response:
+    """The HTTP response TorchServe's frontend sends for a handler's answer."""
+    if answer.error:
+        status = 507 if answer.status == 413 else answer.status  # TorchServe's RestJob.sendError
+        return Response(rest_error_body(status, answer.error, INTERNAL_EXCEPTION), status, media_type=_JSON)
+    headers = dict(answer.headers)
+    if answer.content_type:
+        headers["content-type"] = answer.content_type
+    if answer.streamed:
+        return StreamingResponse(iter(answer.parts), answer.status, headers)
+    return Response(answer.body, answer.status, headers)
 
 
-def _inputs(parsed: Any, is_json: bool, inputs: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    names = [m["name"] for m in inputs]
-    if is_json and isinstance(parsed, dict) and set(parsed) == set(names) and "b64" not in parsed:
-        return parsed
-    if len(names) != 1:
-        raise InvalidArgument(
-            f"model '{name}' has inputs {names}: send a JSON object with one key per input"
-        )
-    if not is_json and inputs[0]["datatype"] != DataType.BYTES.value:
-        raise InvalidArgument(
-            f"model '{name}' takes {inputs[0]['datatype']} input '{names[0]}': send it as a JSON array; "
-            "raw bytes are only for BYTES inputs"
-        )
-    return {names[0]: parsed}
-
-
-def _decode(
-    body: bytes | bytearray, content_type: str, meta: dict[str, Any], name: str, limits: LimitSettings
-) -> tuple[list[Tensor], bool]:
-    """(input tensors, whether a batch dimension was added) of a predictions body."""
-    is_json, parsed = _parse(body, content_type)
-    batched = bool(meta["inputs"]) and meta["inputs"][0]["shape"][:1] == [-1]
-    values = _inputs(parsed, is_json, meta["inputs"], name)
-    by_name = {m["name"]: m for m in meta["inputs"]}
-    tensors: list[Tensor] = []
-    added = False
-    for input_name, value in values.items():
-        tensor, was_added = _one_tensor(by_name[input_name], value, batched, limits)
-        tensors.append(tensor)
-        added = added or was_added
-    return tensors, added
-
-
-def _one_tensor(meta: dict[str, Any], value: Any, batched: bool, limits: LimitSettings) -> tuple[Tensor, bool]:
-    datatype = DataType(meta["datatype"])
-    per_example = len(meta["shape"]) - (1 if batched else 0)
-    if isinstance(value, bytes | bytearray):
-        value = [bytes(value)]
-        if batched:
-            value = [value] if per_example == 1 else value
-        added = batched
-    else:
-        if datatype is DataType.BYTES:
-            value = unb64(value, limits.max_tensor_rank)
-        added = batched and len(shape_of(value)) == per_example
-        if added:
-            value = [value]
-    return tensor_from_value(meta["name"], datatype, value, limits), added
-
-
-async def predict(request: Request) -> Response:
-    name = request.path_params["model"]
-    version = request.path_params.get("version", "")
+async def _tensor_predict(request: Request, view: ModelView, body: bytes | bytearray) -> Response:
     dp = dataplane(request)
-    meta = dp.model_metadata(name, version)
     limits = settings(request).limits
-    body = await read_body(request, limits.max_body_bytes)
+    meta = dp.model_metadata(view.name, view.version)
     content_type = request.headers.get("content-type", "")
     tensors, added = await off_loop_if_large(
-        len(body), limits.offload_decode_bytes, _decode, body, content_type, meta, name, limits
+        len(body), limits.offload_decode_bytes, decode_body, body, content_type, meta, view.name, limits
     )
-    response = await dp.infer_async(InferRequest(name, tensors, version), request.headers)
-    outputs: dict[str, Any] = {}
-    for t in response.outputs:
-        data = t.data[0] if added and t.data.ndim else t.data
-        if t.datatype is DataType.BYTES:
-            text = [b.decode("utf-8", "replace") for b in data.reshape(-1)]
-            outputs[t.name] = np.array(text, dtype=object).reshape(data.shape).tolist()
-        else:
-            outputs[t.name] = data.astype("float32") if t.datatype in (DataType.FP16, DataType.BF16) else data
-    return json_response(next(iter(outputs.values())) if len(outputs) == 1 else outputs)
+    response = await dp.infer_async(InferRequest(view.name, tensors, view.version), request.headers)
+    return json_response(encode_outputs(response, added))
+
+
+async def predictions(request: Request) -> Response:
+    params = request.path_params
+    view = model_view(dataplane(request), params["model"], params.get("version", ""))
+    limits = settings(request).limits
+    body = await read_body(request, limits.max_body_bytes)
+    if not view.handler:
+        return await _tensor_predict(request, view, body)
+    ts_request = await off_loop_if_large(
+        len(body), limits.offload_decode_bytes, http_request, body, request.headers.items(), params.get("path", "")
+    )
+    return handler_response(await predict(dataplane(request), view, ts_request, request.headers))
 
 
 def routes() -> list[BaseRoute]:
+    methods = ["POST", "PUT"]
     return [
         Route("/ping", ping, methods=["GET"]),
-        Route("/predictions/{model}", predict, methods=["POST", "PUT"]),
-        Route("/predictions/{model}/{version}", predict, methods=["POST", "PUT"]),
+        Route("/predictions/{model}", predictions, methods=methods),
+        Route("/predictions/{model}/{version}", predictions, methods=methods),
+        Route("/predictions/{model}/{version}/{path:path}", predictions, methods=methods),
     ]
