@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.advisor.grid import ArtefactRef
-from servelab.convert.sources import TensorInfo
+from servelab.convert.source_types import TensorInfo
 from servelab.errors import InvalidArgument
 from servelab.types import DataType
 

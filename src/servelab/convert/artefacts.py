@@ -17,7 +17,7 @@ import numpy as np
 
 from servelab.backends.parameters import ModelParameters, OpenVinoParameters
 from servelab.convert import quantize
-from servelab.convert.sources import Source
+from servelab.convert.source_types import Source
 from servelab.errors import Unsupported
 
 __all__ = ["TARGETS", "Made", "MakeContext", "make_artefact"]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from servelab.backends.parameters import ModelParameters
-from servelab.convert.sources import TensorInfo
+from servelab.convert.source_types import TensorInfo
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import config_to_text
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from servelab.convert.sources import TensorInfo
+from servelab.convert.source_types import TensorInfo
 from servelab.errors import InvalidArgument
 
 __all__ = ["Sample", "feeds", "generate_samples", "load_samples", "save_npz", "stack"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from servelab.convert.sources import TensorInfo
+from servelab.convert.source_types import TensorInfo
 from servelab.errors import InvalidArgument, Unsupported
 
 __all__ = ["DEFAULT_WORKSPACE_MB", "build_engine", "profile_shapes", "tensorrt_missing"]

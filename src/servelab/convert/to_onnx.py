@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from servelab.convert.sources import TABULAR_KINDS, Source
+from servelab.convert.source_types import TABULAR_KINDS, Source
 from servelab.errors import InvalidArgument, Unsupported
 
 __all__ = ["NEWEST_OPSET", "OLDEST_OPSET", "OnnxExport", "export_source_onnx", "parse_dynamic_axes"]

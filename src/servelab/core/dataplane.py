@@ -11,6 +11,10 @@ Decoupled models (``model_transaction_policy { decoupled: true }``) answer a req
 of responses: :meth:`DataPlane.infer_stream` (gRPC ModelStreamInfer; BLS ``exec(decoupled=True)``
 through ``_internal_stream``), routed like any request; asked for one response, the python backend
 refuses them, as Triton's HTTP endpoint and ModelInfer RPC do.
+
+Beside it: :mod:`servelab.core.call_records` (what a request's end records, the same for every entry
+point), :mod:`servelab.core.decoupled` (the pieces of a stream) and :mod:`servelab.core.model_views`
+(metadata and statistics rows).
 """
 
 from __future__ import annotations
@@ -18,19 +22,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from servelab.backends.base import Inputs, Outputs, StreamItem, StreamRequest
 from servelab.config.settings import RoutingSettings
+from servelab.core.call_records import Call
 from servelab.core.classification import classify
-from servelab.core.registry import LoadedVersion, ModelRegistry, ModelState
-from servelab.core.routing import HeaderLookup, RolloutControl, Routed, Router
-from servelab.core.scheduling import request_rows
-from servelab.core.workers import AsyncSink, StreamSink, ThreadSink, WorkerInstance, start_stream
-from servelab.errors import ErrorCode, InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
+from servelab.core.decoupled import EMPTY_FINAL, FINAL, Streamed, is_decoupled, next_item, streamed_response
+from servelab.core.model_views import model_metadata, version_stats
+from servelab.core.records import LoadedVersion, ModelState
+from servelab.core.registry import ModelRegistry
+from servelab.core.routing import HeaderLookup, RolloutControl, Router
+from servelab.core.workers import AsyncSink, ThreadSink, start_stream
+from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import config_from_json
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
@@ -49,36 +55,6 @@ BASE_EXTENSIONS = (
     "sequence",
     "sequence(string_id)",
 )
-
-
-@dataclass(slots=True)
-class Streamed:
-    """One response of :meth:`DataPlane.infer_stream`: the response or the error that fails it (its
-    request may still send more unless ``final``)."""
-
-    response: InferResponse | None
-    error: ServelabError | None = None
-    final: bool = True
-
-
-#: request parameter (Triton's): also send the final response of a decoupled model when it has no outputs
-EMPTY_FINAL = "triton_enable_empty_final_response"
-#: response parameter (Triton's): whether this is the request's last response
-FINAL = "triton_final_response"
-
-
-def _decoupled(lv: LoadedVersion) -> bool:
-    return lv.config.model_transaction_policy.decoupled
-
-
-@dataclass(slots=True)
-class _Call:
-    """One request between routing and its answer."""
-
-    lv: LoadedVersion
-    routed: Routed | None
-    inputs: Inputs
-    t0: int
 
 
 class DataPlane:
@@ -138,21 +114,7 @@ class DataPlane:
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         lv = self.router.resolve(name, version)
-        record = self.registry.record(name)
-        sig = lv.signature
-
-        def shape(dims: tuple[int, ...]) -> list[int]:
-            return ([-1] if sig.batched else []) + list(dims)
-
-        return {
-            "name": name,
-            "versions": [str(v) for v in sorted(record.versions)],
-            "platform": _platform(lv.config),
-            "inputs": [{"name": s.name, "datatype": s.datatype.value, "shape": shape(s.dims)} for s in sig.inputs.values()],
-            "outputs": [
-                {"name": s.name, "datatype": s.datatype.value, "shape": shape(s.dims)} for s in sig.outputs.values()
-            ],
-        }
+        return model_metadata(name, lv, self.registry.record(name))
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return self.router.resolve(name, version).config
@@ -184,15 +146,11 @@ class DataPlane:
         """Synchronous inference (in-process callers and worker threads)."""
         call = self._enter(request.model_name, request.model_version, request.parameters, headers,
                            request.inputs, request.outputs)
-        try:
+        with call:  # records the answer, or the error
             t0 = time.perf_counter_ns()
             outputs = call.lv.scheduler.run(call.inputs)
-            serve_ns = time.perf_counter_ns() - t0
+            call.served(outputs, t0)
             response = self._response(call.lv, request, outputs)
-        except ServelabError as exc:
-            self._failed(call, exc)
-            raise
-        self._leave(call, outputs, serve_ns)
         return response
 
     async def infer_async(self, request: InferRequest, headers: HeaderLookup | None = None) -> InferResponse:
@@ -202,7 +160,7 @@ class DataPlane:
         """
         call = self._enter(request.model_name, request.model_version, request.parameters, headers,
                            request.inputs, request.outputs)
-        try:
+        with call:  # records the answer, or the error
             t0 = time.perf_counter_ns()
             try:
                 # asyncio.timeout, not wait_for: no extra task and loop turns for a model run inline
@@ -212,12 +170,8 @@ class DataPlane:
                 raise Unavailable(
                     f"model '{request.model_name}' did not answer within {self.request_timeout_s:g} s"
                 ) from None
-            serve_ns = time.perf_counter_ns() - t0
+            call.served(outputs, t0)
             response = self._response(call.lv, request, outputs)
-        except ServelabError as exc:
-            self._failed(call, exc)
-            raise
-        self._leave(call, outputs, serve_ns)
         return response
 
     def infer_arrays(
@@ -226,15 +180,11 @@ class DataPlane:
         """The in-process fast path: numpy in, numpy out; the same route, validation and statistics."""
         requested = [RequestedOutput(n) for n in outputs] if outputs is not None else []
         call = self._enter(name, version, None, None, inputs, requested)
-        try:
+        with call:  # records the answer, or the error
             t0 = time.perf_counter_ns()
             result = call.lv.signature.client_outputs(call.lv.scheduler.run(call.inputs))
-            serve_ns = time.perf_counter_ns() - t0
+            call.served(result, t0)
             selected = self._select(call.lv, result, outputs)
-        except ServelabError as exc:
-            self._failed(call, exc)
-            raise
-        self._leave(call, result, serve_ns)
         return selected
 
     async def infer_stream(
@@ -246,7 +196,7 @@ class DataPlane:
         outputs is sent only when the request sets ``triton_enable_empty_final_response``. A response
         that fails is an error item (the request's stream may go on); bad input raises at once.
         """
-        if not _decoupled(self.router.resolve(request.model_name, request.model_version)):
+        if not is_decoupled(self.router.resolve(request.model_name, request.model_version)):
             response = await self.infer_async(request, headers)
             response.parameters[FINAL] = True
             yield Streamed(response)
@@ -263,52 +213,21 @@ class DataPlane:
             start_stream(lv.instances, StreamRequest(call.inputs, dict(request.parameters), wanted, request_id=request.id), sink)
             try:
                 while True:
-                    item = await self._next_item(lv, sink)
+                    item = await next_item(lv, sink, self.request_timeout_s)
                     failed = failed or item.error is not None
                     if item.error is not None:
                         yield Streamed(None, item.error, item.final)
                     elif item.outputs is not None or request.parameters.get(EMPTY_FINAL) is True:
-                        yield Streamed(self._streamed(lv, request, item), final=item.final)
+                        yield Streamed(streamed_response(lv, request, item), final=item.final)
                     if item.final:
                         break
             finally:
                 sink.cancel()  # a no-op once the final response came
-                self._record_stream(call, sink, not failed and sink.finished)
-
-    async def _next_item(self, lv: LoadedVersion, sink: AsyncSink) -> StreamItem:
-        try:
-            async with asyncio.timeout(self.request_timeout_s):
-                return await sink.get()
-        except TimeoutError:
-            return StreamItem(error=Unavailable(
-                f"model '{lv.name}' sent no response within {self.request_timeout_s:g} s"), final=True)
-
-    def _streamed(self, lv: LoadedVersion, request: InferRequest, item: StreamItem) -> InferResponse:
-        """A decoupled model's response: the requested outputs it holds (all it holds when none were asked)."""
-        outputs = item.outputs or {}
-        asked = {r.name: r for r in request.outputs}
-        names = [n for n in asked if n in outputs] if asked else list(outputs)
-        tensors = [Tensor(n, DataType.from_numpy(outputs[n].dtype), tuple(outputs[n].shape), outputs[n],
-                          dict(asked[n].parameters) if n in asked else {}) for n in names]  # fmt: skip
-        return InferResponse(lv.name, str(lv.version), tensors, request.id, {**item.parameters, FINAL: item.final})
-
-    @staticmethod
-    def _record_stream(call: _Call, sink: StreamSink, ok: bool) -> None:
-        lv = call.lv
-        executed = sink.executed
-        if executed is not None:
-            rows = request_rows(call.inputs, lv.config.max_batch_size > 0)
-            lv.stats.record_execution(rows, 1, executed.input_ns, executed.infer_ns, executed.output_ns)
-            if ok:
-                lv.stats.record_queue(executed.queue_ns)
-        elapsed_ns = time.perf_counter_ns() - call.t0
-        lv.stats.record_request(ok, elapsed_ns)
-        if call.routed is not None:  # a stream's outputs are many: no shadow comparison, counts and latency only
-            call.routed.done(ok, elapsed_ns / 1e9 if ok else None, call.inputs, None)
+                call.stream_ended(sink, not failed and sink.finished)
 
     def _internal_stream(self, name: str, version: str, inputs: Inputs, parameters: dict[str, Any]) -> Iterator[StreamItem]:
         """How python models call a model and read every response (BLS ``exec(decoupled=True)``)."""
-        if not _decoupled(self.router.resolve(name, version)):
+        if not is_decoupled(self.router.resolve(name, version)):
             yield StreamItem(self.infer_arrays(name, inputs, version), final=True)
             return
         call = self._enter(name, version, parameters, None, inputs, [])
@@ -328,12 +247,12 @@ class DataPlane:
                         return
             finally:
                 sink.cancel()
-                self._record_stream(call, sink, not failed and sink.finished)
+                call.stream_ended(sink, not failed and sink.finished)
 
     def _enter(
         self, name: str, version: str, parameters: Mapping[str, Any] | None, headers: HeaderLookup | None,
         inputs: list[Tensor] | dict[str, np.ndarray], requested: list[RequestedOutput],
-    ) -> _Call:
+    ) -> Call:
         """Route (the router picks the version), then validate against that version's config."""
         t0 = time.perf_counter_ns()
         lv, routed = self.router.route(name, version, parameters, headers)
@@ -346,19 +265,7 @@ class DataPlane:
         except ServelabError:
             lv.stats.record_request(False, time.perf_counter_ns() - t0)
             raise
-        return _Call(lv, routed, arrays, t0)
-
-    @staticmethod
-    def _leave(call: _Call, outputs: Outputs, serve_ns: int) -> None:
-        call.lv.stats.record_request(True, time.perf_counter_ns() - call.t0)
-        if call.routed is not None:
-            call.routed.done(True, serve_ns / 1e9, call.inputs, outputs)
-
-    @staticmethod
-    def _failed(call: _Call, exc: ServelabError) -> None:
-        call.lv.stats.record_request(False, time.perf_counter_ns() - call.t0)
-        if call.routed is not None:  # a request the model refused is the client's error, not the version's
-            call.routed.done(exc.code is ErrorCode.INVALID_ARG, None, call.inputs, None)
+        return Call(lv, routed, arrays, t0)
 
     def record_wire(self, response: InferResponse, decode_ns: int, encode_ns: int) -> None:
         """Front-ends report their decode and encode time per answered request (statistics ``wire_stats``)."""
@@ -426,7 +333,7 @@ class DataPlane:
             versions = [lv for _, lv in sorted(self.registry.record(name).versions.items())]
         else:
             versions = [lv for r in self.registry.records() for _, lv in sorted(r.versions.items())]
-        return {"model_stats": [_version_stats(lv) for lv in versions]}
+        return {"model_stats": [version_stats(lv) for lv in versions]}
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         rows = self.registry.index()
@@ -460,24 +367,3 @@ class DataPlane:
         self.registry.close(timeout_s)
         self.router.close()
 
-
-def _version_stats(lv: LoadedVersion) -> dict[str, Any]:
-    row = lv.stats.as_dict()
-    stages = [s for s in (b.stage_stats() for b in lv.instances) if s]
-    if stages:
-        row["stages"] = stages[0] if len(stages) == 1 else stages
-    workers = [b.describe() for b in lv.instances if isinstance(b, WorkerInstance)]
-    if workers:  # worker processes: pid, state, restarts, last exit
-        row["workers"] = workers
-    return row
-
-
-def _platform(config: mc.ModelConfig) -> str:
-    if config.platform:
-        return config.platform
-    return {
-        "onnxruntime": "onnxruntime_onnx",
-        "pytorch": "pytorch_libtorch",
-        "tensorrt": "tensorrt_plan",
-        "tensorflow": "tensorflow_savedmodel",
-    }.get(config.backend, config.backend)

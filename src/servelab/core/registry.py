@@ -6,7 +6,8 @@ reload keeps the old versions serving. Unload drains in-flight requests first.
 
 Whether a version's instances run in threads or in worker processes is decided from the backend
 class and the config before any instance is built, and each instance is loaded once (in its worker,
-for worker processes). A version whose every worker is restarting is not ready.
+for worker processes; :mod:`servelab.core.loading` builds them). A version whose every worker is
+restarting is not ready. The records it keeps (:mod:`servelab.core.records`) are what routing reads.
 """
 
 from __future__ import annotations
@@ -16,80 +17,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
 
 from servelab.backends.base import Backend, BackendContext, InferFn, StreamFn
 from servelab.config.settings import ControlMode, default_threads
 from servelab.core.batching import make_scheduler
-from servelab.core.scheduling import DirectScheduler, Scheduler
-from servelab.core.stats import ModelStats
-from servelab.core.validation import Signature
-from servelab.core.workers import WorkerInstance, WorkerPool, runs_in_worker
+from servelab.core.loading import SchedulerFactory, load_threads, ready_version, start_workers
+from servelab.core.records import LoadedVersion, ModelRecord, ModelState
+from servelab.core.workers import WorkerPool, runs_in_worker
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
 from servelab.metrics.custom import MetricStore
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import ModelRepository, ModelSource
 from servelab.repository.config import read_config
-from servelab.repository.warmup import run_warmup
 from servelab.trust import check_model_name
 
 __all__ = ["LoadedVersion", "ModelRecord", "ModelRegistry", "ModelState", "SchedulerFactory"]
 
 log = logging.getLogger("servelab.registry")
-
-
-class ModelState(str, Enum):
-    LOADING = "LOADING"
-    READY = "READY"
-    UNAVAILABLE = "UNAVAILABLE"
-    UNLOADING = "UNLOADING"
-
-
-@dataclass
-class LoadedVersion:
-    name: str
-    version: int
-    config: mc.ModelConfig
-    signature: Signature
-    instances: list[Backend]
-    scheduler: Scheduler
-    stats: ModelStats
-    #: output name -> labels (``label_filename``), read when this version loaded
-    labels: dict[str, list[str]] = field(default_factory=dict)
-
-    def close(self, drain_timeout_s: float, stop_grace_s: float = 5.0) -> None:
-        """Drain, then unload every instance; a worker still busy after ``stop_grace_s`` is killed."""
-        if not self.scheduler.drain(drain_timeout_s):
-            log.warning("model %s v%d unloaded with requests still in flight", self.name, self.version)
-        self.scheduler.close()
-        for backend in self.instances:
-            try:
-                if isinstance(backend, WorkerInstance):
-                    backend.close(stop_grace_s)
-                else:
-                    backend.unload()
-            except Exception:  # unloading must never take the server down
-                log.exception("unloading %s v%d failed", self.name, self.version)
-
-
-@dataclass
-class ModelRecord:
-    name: str
-    state: ModelState = ModelState.UNAVAILABLE
-    reason: str = ""
-    versions: dict[int, LoadedVersion] = field(default_factory=dict)
-    fingerprint: str = ""
-    backend: str = ""
-    config: mc.ModelConfig | None = None
-
-
-#: Builds the scheduler for a loaded version: (instances, stats, config) -> Scheduler.
-SchedulerFactory = Callable[[list[Backend], ModelStats, mc.ModelConfig], Scheduler]
-
-
-def _direct(instances: list[Backend], stats: ModelStats, config: mc.ModelConfig) -> Scheduler:
-    return DirectScheduler(instances, stats)
 
 
 class ModelRegistry:
@@ -351,33 +295,6 @@ class ModelRegistry:
         else:
             record.state = ModelState.UNAVAILABLE
 
-    def _start_workers(self, cls: type[Backend], contexts: list[BackendContext]) -> list[Backend]:
-        """One worker process per instance, all loading at once; any failure stops them all."""
-        workers = [self.workers.instance(ctx, cls) for ctx in contexts]
-        try:
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.load()
-        except BaseException:
-            for worker in workers:
-                worker.close(0.0)
-            raise
-        return list(workers)
-
-    def _load_threads(self, cls: type[Backend], contexts: list[BackendContext]) -> list[Backend]:
-        instances: list[Backend] = []
-        try:
-            for ctx in contexts:
-                backend = cls(ctx)
-                backend.load()
-                instances.append(backend)
-        except BaseException:
-            for b in instances:
-                b.unload()
-            raise
-        return instances
-
     def _never_blocks(self, name: str, version: str) -> bool:
         """Whether running (name, version) synchronously waits only on the CPU (for ensembles)."""
         return self.never_blocks_fn is not None and self.never_blocks_fn(name, version)
@@ -420,18 +337,8 @@ class ModelRegistry:
             )
             for _ in range(count)
         ]
-        instances = self._start_workers(cls, contexts) if isolated else self._load_threads(cls, contexts)
-        stats = ModelStats(source.name, version)
-        try:
-            run_warmup(instances, source.warmup, source.name)  # model_warmup: every instance, before ready
-            signature = Signature(config, self.max_tensor_elements)
-            scheduler = self.scheduler_factory(instances, stats, config)
-        except BaseException:
-            for b in instances:
-                with contextlib.suppress(Exception):
-                    b.unload()
-            raise
-        return LoadedVersion(source.name, version, config, signature, instances, scheduler, stats)
+        instances = start_workers(self.workers, cls, contexts) if isolated else load_threads(cls, contexts)
+        return ready_version(source, version, instances, self.max_tensor_elements, self.scheduler_factory)
 
 
 def _unknown(name: str) -> str:

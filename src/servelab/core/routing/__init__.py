@@ -7,9 +7,10 @@ in sqlite (:class:`RoutingStore`). The policy file beside config.pbtxt is :class
 """
 
 from servelab.core.routing.control import ACTIONS, RolloutControl
+from servelab.core.routing.outcomes import Routed, VariantStats
 from servelab.core.routing.policy import POLICY_FILES, Gates, RolloutSpec, RoutingPolicy, Sticky, Variant
 from servelab.core.routing.rollout import CANARY, STABLE, Rollout, RolloutState, Status
-from servelab.core.routing.router import HeaderLookup, Routed, Router, VariantStats
+from servelab.core.routing.router import HeaderLookup, Router
 from servelab.core.routing.store import ModelRouting, RoutingStore
 
 __all__ = [

@@ -6,7 +6,7 @@ rollout's canary share, then a weighted split, then the default (a label, a vers
 Models with no labels, policy or rollout take a plain path (a dict lookup and ``max``), so routing
 costs them nothing. :meth:`Router.resolve` is the same choice without a split, for metadata, config,
 readiness and statistics. After a routed request, :meth:`Routed.done` counts it for its variant and
-the rollout's gates and may send a shadow copy (:mod:`servelab.core.routing.shadow`).
+the rollout's gates and may send a shadow copy (:mod:`servelab.core.routing.outcomes`).
 """
 
 from __future__ import annotations
@@ -15,24 +15,22 @@ import json
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from servelab.backends.base import Inputs, Outputs
 from servelab.backends.parameters import TorchServeHandlerParameters
 from servelab.config.settings import RoutingSettings
-from servelab.core.registry import LoadedVersion, ModelRegistry
+from servelab.core.records import LoadedVersion
+from servelab.core.registry import ModelRegistry
 from servelab.core.routing.choice import pick_random, pick_sticky
+from servelab.core.routing.outcomes import Outcomes, Routed, VariantStats
 from servelab.core.routing.policy import RoutingPolicy, check_label, read_policy
 from servelab.core.routing.rollout import CANARY, STABLE, Rollout, Status
 from servelab.core.routing.shadow import ShadowPool
 from servelab.core.routing.store import ModelRouting, RoutingStore
 from servelab.core.routing.table import RouteTable, ShadowPlan, Target, build_table
-from servelab.core.routing.windows import Comparison, compare_outputs
+from servelab.core.routing.windows import Comparison
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable
-from servelab.metrics.histograms import LATENCY_BUCKETS_S, Histogram
 from servelab.repository import ModelSource
 from servelab.repository.tfserving_layout import PARAM_LABELS
 
@@ -46,39 +44,6 @@ class HeaderLookup(Protocol):
 
     def get(self, key: str, /) -> str | None: ...
 
-
-@dataclass
-class VariantStats:
-    """Requests of one variant of one model (metrics ``servelab_routing_*``)."""
-
-    model: str
-    variant: str
-    target_model: str
-    version: int
-    requests: int = 0
-    errors: int = 0
-    latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def record(self, ok: bool, serve_s: float | None) -> None:
-        with self._lock:
-            self.requests += 1
-            self.errors += 0 if ok else 1
-        if ok and serve_s is not None:
-            self.latency.observe(serve_s)
-
-
-class Routed:
-    """The decision for one request of a routed model, and what to count and copy once it is answered."""
-
-    __slots__ = ("lv", "router", "table", "variant")
-
-    def __init__(self, router: Router, table: RouteTable, variant: str, lv: LoadedVersion) -> None:
-        self.router, self.table, self.variant, self.lv = router, table, variant, lv
-
-    def done(self, ok: bool, serve_s: float | None, inputs: Inputs, outputs: Outputs | None) -> None:
-        """Count the answer (``ok``: no server error) for the variant and the gates; maybe copy it."""
-        self.router._after(self, ok, serve_s, inputs, outputs)
 
 
 def _explicit(version: str) -> int | str:
@@ -104,13 +69,14 @@ class Router:
         self.shadows = ShadowPool(self.settings.shadow_threads, self.settings.shadow_queue)
         self._lock = threading.RLock()
         self._rng = random.Random()
+        #: what is counted and copied once a routed request is answered
+        self.outcomes = Outcomes(self._lookup, self.shadows, self._rng)
         self._policies: dict[str, RoutingPolicy | None] = {}
         self._tf_labels: dict[str, dict[str, int]] = {}
         #: the default a model's files name (a TorchServe archive's default version), below any policy or pin
         self._source_defaults: dict[str, int | None] = {}
         self._shadow_plans: dict[str, ShadowPlan] = {}
         self._tables: dict[str, RouteTable] = {}
-        self._variants: dict[tuple[str, str, str, int], VariantStats] = {}
         self.persisted: dict[str, ModelRouting] = self.store.load_all()
         self.rollouts: dict[str, Rollout] = {
             m: Rollout(p.rollout, self.settings.window_samples) for m, p in self.persisted.items() if p.rollout
@@ -133,7 +99,7 @@ class Router:
             return self._plain(name, version), None
         target, variant = self._choose(table, version, parameters, headers)
         lv = self._lookup(target)
-        return lv, Routed(self, table, variant, lv)
+        return lv, Routed(self.outcomes, table, variant, lv)
 
     def resolve(self, name: str, version: str = "") -> LoadedVersion:
         """The version a request naming ``version`` (or none: the default, never a split's pick) means."""
@@ -251,73 +217,9 @@ class Router:
         header = sticky.lowered()
         return headers.get(header) if header and headers is not None else None
 
-    # ----- after a routed request -----
-    def _after(self, routed: Routed, ok: bool, serve_s: float | None, inputs: Inputs, outputs: Outputs | None) -> None:
-        table, lv = routed.table, routed.lv
-        self._stats(table.model, routed.variant, lv).record(ok, serve_s)
-        rollout = table.rollout
-        if rollout is not None:
-            self._rollout_after(rollout, lv, ok, serve_s, inputs, outputs)
-            return
-        plan = table.shadow
-        if plan is None or not ok or outputs is None or serve_s is None or lv.name != table.model:
-            return
-        if lv.version != plan.target.version and self._rng.random() < plan.sample:
-            self._copy(plan.comparison, plan.target, inputs, outputs, serve_s, primary_is_reference=True)
-
-    def _rollout_after(self, rollout: Rollout, lv: LoadedVersion, ok: bool, serve_s: float | None,
-                       inputs: Inputs, outputs: Outputs | None) -> None:
-        state = rollout.state
-        if lv.name != state.model or lv.version not in (state.stable, state.candidate):
-            return
-        on_stable = lv.version == state.stable
-        (rollout.stable if on_stable else rollout.candidate).record(ok, serve_s)
-        comparison = rollout.comparison
-        if not ok or outputs is None or serve_s is None or comparison is None:
-            return
-        if on_stable != state.shadow_step or self._rng.random() >= rollout.copy_sample:
-            return
-        other = Target(state.model, state.candidate if on_stable else state.stable)
-        self._copy(comparison, other, inputs, outputs, serve_s, primary_is_reference=on_stable, rollout=rollout)
-
-    def _copy(self, comparison: Comparison, target: Target, inputs: Inputs, outputs: Outputs, primary_s: float,
-              *, primary_is_reference: bool, rollout: Rollout | None = None) -> None:
-        def job() -> None:
-            try:
-                other = self._lookup(target)
-                t0 = time.perf_counter_ns()
-                answer = other.scheduler.run(inputs)
-                elapsed = time.perf_counter_ns() - t0
-                other.stats.record_request(True, elapsed)
-            except Exception as exc:  # the copy failed: counted, the client already has its answer
-                log.debug("shadow copy to %s failed: %s", target, exc)
-                comparison.record_failure()
-                if rollout is not None and rollout.state.shadow_step:
-                    rollout.candidate.record(False, None)
-                return
-            other_s = elapsed / 1e9
-            diff, agree, rows = compare_outputs(outputs, answer)
-            reference_s, other_side_s = (primary_s, other_s) if primary_is_reference else (other_s, primary_s)
-            comparison.record(diff, agree, rows, reference_s, other_side_s)
-            if rollout is not None:
-                if rollout.state.shadow_step:
-                    rollout.candidate.record(True, other_s)
-                else:
-                    rollout.stable.add_latency(other_s)
-
-        if not self.shadows.submit(job):
-            comparison.record_shed()
-
-    def _stats(self, model: str, variant: str, lv: LoadedVersion) -> VariantStats:
-        key = (model, variant, lv.name, lv.version)
-        stats = self._variants.get(key)
-        if stats is None:
-            with self._lock:
-                stats = self._variants.setdefault(key, VariantStats(model, variant, lv.name, lv.version))
-        return stats
-
+    # ----- what routing did: variant counts, split shares, comparisons -----
     def variant_stats(self) -> list[VariantStats]:
-        return list(self._variants.values())
+        return self.outcomes.variant_stats()
 
     def shares(self) -> list[tuple[str, str, float]]:
         """(model, variant, share of unversioned requests it should get) for every split and rollout."""

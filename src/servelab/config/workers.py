@@ -1,0 +1,34 @@
+"""Worker processes: deadlines, restart back-off, caps and shared-memory arenas."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, model_validator
+
+__all__ = ["WorkerSettings"]
+
+
+class WorkerSettings(BaseModel):
+    """Worker processes (python models, and any model with ``instance_mode: process``)."""
+
+    kill_timeout_s: float = Field(
+        10.0, ge=0, description="How long past the request deadline a worker still busy with it lives "
+        "before it is killed and replaced."
+    )
+    restart_backoff_s: float = Field(0.25, gt=0, description="Delay before restarting a worker that died; doubles per failure.")
+    restart_backoff_max_s: float = Field(30.0, gt=0, description="Longest delay between restarts of a failing worker.")
+    start_timeout_s: float = Field(120.0, gt=0, description="Time a worker may take to start and load its model.")
+    max_workers_per_model: int = Field(
+        8, ge=1, description="Most worker processes one model version may have (instance_group count, TorchServe scale)."
+    )
+    arena_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024 * 1024,
+        description="Shared memory pre-allocated per worker and direction for tensors (grows when a request needs more).",
+    )
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> WorkerSettings:
+        if self.restart_backoff_max_s < self.restart_backoff_s:
+            raise ValueError(
+                f"restart_backoff_max_s ({self.restart_backoff_max_s}) must be >= restart_backoff_s ({self.restart_backoff_s})"
+            )
+        return self
