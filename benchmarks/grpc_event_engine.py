@@ -59,26 +59,11 @@ def _client(address: str, calls: int, warmup: int) -> dict[str, float]:
 @contextmanager
 def _server(repo: Path, experiments: str, log: Path) -> Iterator[str]:
     """``servelab serve`` with the given GRPC_EXPERIMENTS; yields its gRPC address once ready."""
-    from servelab.bench.net import free_ports, http_status, wait_until
+    from servelab.bench.serverproc import servelab_serve
 
-    http, grpc_port, metrics, mgmt = free_ports(4)
-    cmd = [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--http-port", str(http), "--grpc-port",
-           str(grpc_port), "--metrics-port", str(metrics), "--management-port", str(mgmt), "--log-level", "warning"]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "GRPC_EXPERIMENTS": experiments})  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{http}/v2/health/ready"
-        wait_until(lambda: http_status(url)[0] == 200, 120, url,
-                   lambda: None if proc.poll() is None else f"exit code {proc.returncode}: {log.read_text()[-2000:]}")  # fmt: skip
-        yield f"127.0.0.1:{grpc_port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with servelab_serve(repo, "--log-level", "warning", env={"GRPC_EXPERIMENTS": experiments}, log=log) as server:
+        assert server.ports is not None
+        yield server.ports.grpc_address
 
 
 def _run_client(address: str, experiments: str, calls: int, warmup: int) -> dict[str, float]:
@@ -135,13 +120,14 @@ def results_markdown(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    from servelab.bench.results_md import add_results_md_options, write_results
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=3000, help="timed calls per client run")
     parser.add_argument("--warmup", type=int, default=300, help="untimed calls before them")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
-    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    add_results_md_options(parser, SECTION, RESULTS_MD)
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as the client process
     args = parser.parse_args()
     if args.client:
@@ -158,14 +144,7 @@ def main() -> None:
         "rows": rows,
     }  # fmt: skip
     print(results_markdown(doc))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    if args.results_md is not None:
-        from servelab.bench.results_md import write_section
-
-        write_section(args.results_md, SECTION, results_markdown(doc))
-        print(f"wrote section {SECTION!r} of {args.results_md}")
+    write_results(doc, args.out, args.results_md, SECTION, results_markdown)
 
 
 if __name__ == "__main__":

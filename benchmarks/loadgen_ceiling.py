@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import time
@@ -22,6 +21,7 @@ from rich.table import Table
 
 from servelab.bench import LoadSpec, TargetSpec, measure_level
 from servelab.bench.nullserver import NullServer
+from servelab.bench.results_md import add_results_md_options, write_results
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
 
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
@@ -75,8 +75,7 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
-    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    add_results_md_options(parser, SECTION, RESULTS_MD)
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
     rows = []
@@ -117,7 +116,6 @@ def main() -> None:
             f"{r['multi_over_single']:.2f}x", f"{s['p50_ms']:.3f}", f"{s['stable']}/{m['stable']}",
         )  # fmt: skip
     Console(width=120).print(table)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "benchmark": "loadgen_ceiling",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -131,13 +129,7 @@ def main() -> None:
         "note": "the null server runs in its own process on the same CPUs, so on 2 cores it competes with the workers",
         "rows": rows,
     }
-    args.output.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {args.output}")
-    if args.results_md is not None:
-        from servelab.bench.results_md import write_section
-
-        write_section(args.results_md, SECTION, results_markdown(doc))
-        print(f"wrote section {SECTION!r} of {args.results_md}")
+    write_results(doc, args.output, args.results_md, SECTION, results_markdown)
 
 
 if __name__ == "__main__":

@@ -14,58 +14,36 @@ benchmarks/RESULTS.md. Needs the ray and bench extras. Figures are only meaningf
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import platform
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import ray
+from _examples import simple_repository
 
 from servelab.bench import InputSpec, LoadSpec, TargetSpec, run_sweep
-from servelab.bench.net import free_ports, http_status, wait_until
-from servelab.bench.results_md import write_section
+from servelab.bench.net import free_ports
+from servelab.bench.results_md import add_results_md_options, write_results
+from servelab.bench.serverproc import servelab_serve
 from servelab.config.settings import ServerSettings
 from servelab.deploy import ray_deploy
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 RESULT = HERE / "results" / "ray_overhead.json"
 RESULTS_MD = HERE / "RESULTS.md"
 SECTION = "ray_overhead"
 
 
 def _build_repo(root: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("build_repository", ROOT / "examples" / "build_repository.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    repo = root / "repo"
-    repo.mkdir()
-    module.build_simple(repo)
+    repo = simple_repository(root / "repo")
     shutil.copytree(repo / "simple", repo / "simple_r2")
     config = repo / "simple_r2" / "config.pbtxt"
     config.write_text(config.read_text().replace('name: "simple"', 'name: "simple_r2"'))
     return repo
-
-
-def _start_serve(repo: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    grpc, metrics, management = free_ports(3)
-    cmd = [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--http-port", str(port),
-           "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--management-port", str(management)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    url = f"http://127.0.0.1:{port}/v2/health/ready"
-    wait_until(lambda: http_status(url)[0] == 200, 120, url,
-               lambda: None if proc.poll() is None else f"exit code {proc.returncode}")
-    return proc
 
 
 def _measure(url: str, model: str, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -131,49 +109,43 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=2000, help="measurement window")
     parser.add_argument("--max-windows", type=int, default=6)
     parser.add_argument("--warmup-requests", type=int, default=50)
-    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
-    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    add_results_md_options(parser, SECTION, RESULTS_MD)
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="ray-overhead-"))
     repo = _build_repo(tmp)
     serve_port, ray_port = free_ports(2)
-    server = _start_serve(repo, serve_port, tmp / "serve.log")
     settings = ServerSettings(
         model_repository=[repo], http_port=ray_port, deploy={"models": {"simple_r2": {"num_replicas": 2}}}
     )
-    ray.init(address="local", num_cpus=8, include_dashboard=False, configure_logging=False, log_to_driver=False,
-             _temp_dir=str(tmp / "ray"))
-    try:
-        ray_deploy.deploy(settings)
-        targets = {
-            "servelab serve": (f"http://127.0.0.1:{serve_port}", "simple"),
-            "ray serve, 1 replica": (f"http://127.0.0.1:{ray_port}", "simple"),
-            "ray serve, 2 replicas": (f"http://127.0.0.1:{ray_port}", "simple_r2"),
-        }
-        raw: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        for round_index in range(args.rounds):
-            for concurrency in args.concurrency:
-                for name, (url, model) in targets.items():
-                    result = _measure(url, model, concurrency, args)
-                    raw.setdefault((name, concurrency), []).append(result)
-                    print(f"round {round_index + 1} {name:22s} c={concurrency:<3d} {result['throughput_rps']:9.0f} req/s "
-                          f"P99 {result['p99_ms']:.2f} ms", flush=True)
-    finally:
-        ray_deploy.shutdown()
-        ray.shutdown()
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+    targets = {
+        "servelab serve": (f"http://127.0.0.1:{serve_port}", "simple"),
+        "ray serve, 1 replica": (f"http://127.0.0.1:{ray_port}", "simple"),
+        "ray serve, 2 replicas": (f"http://127.0.0.1:{ray_port}", "simple_r2"),
+    }
+    raw: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    with servelab_serve(repo, http_port=serve_port, env={"OMP_NUM_THREADS": "1"}, log=tmp / "serve.log"):
+        ray.init(address="local", num_cpus=8, include_dashboard=False, configure_logging=False, log_to_driver=False,
+                 _temp_dir=str(tmp / "ray"))
+        try:
+            ray_deploy.deploy(settings)
+            for round_index in range(args.rounds):
+                for concurrency in args.concurrency:
+                    for name, (url, model) in targets.items():
+                        result = _measure(url, model, concurrency, args)
+                        raw.setdefault((name, concurrency), []).append(result)
+                        print(f"round {round_index + 1} {name:22s} c={concurrency:<3d} "
+                              f"{result['throughput_rps']:9.0f} req/s P99 {result['p99_ms']:.2f} ms", flush=True)
+        finally:
+            ray_deploy.shutdown()
+            ray.shutdown()
     rows = [{"target": t, "concurrency": c, **_median_round(r)} for (t, c), r in sorted(raw.items(), key=lambda kv: (kv[0][1], list(targets).index(kv[0][0])))]
     meta = {"rounds": args.rounds, "cpus": os.cpu_count(), "platform": platform.platform(), "ray": ray.__version__,
             "interval_ms": args.interval_ms, "concurrency": args.concurrency}
     print(_table(rows))
     doc = {"meta": meta, "rows": rows, "p50_ms_spread": {
         f"{t} c={c}": statistics.pstdev([x["p50_ms"] for x in r]) for (t, c), r in raw.items()}}
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(doc, indent=2) + "\n")
-    if args.results_md is not None:
-        write_section(args.results_md, SECTION, results_markdown(doc))
+    write_results(doc, RESULT, args.results_md, SECTION, results_markdown)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import platform
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from servelab.bench.results_md import add_results_md_options, write_results
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
 
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # the gRPC client as servelab's own (servelab.config.grpc_runtime)
@@ -39,12 +38,13 @@ import aiohttp  # noqa: E402
 import grpc.aio  # noqa: E402
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
+from _examples import simple_repository  # noqa: E402
 
-from servelab.bench.net import free_ports, http_status, wait_until  # noqa: E402
+from servelab.bench.net import free_ports  # noqa: E402
+from servelab.bench.serverproc import running, servelab_serve  # noqa: E402
 from servelab.protocol import grpc_service_pb2 as pb  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 RESULT = HERE / "results" / "serving_overhead.json"
 RESULTS_MD = HERE / "RESULTS.md"
 SECTION = "serving_overhead"  # the section of RESULTS_MD this script writes
@@ -53,22 +53,6 @@ B = np.ones((1, 16), dtype=np.int32)
 EXPECTED = (A + B).reshape(-1).tolist()
 
 
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
-    wait_until(lambda: http_status(url)[0] == 200, timeout_s, url,
-               lambda: None if proc.poll() is None else f"exit code {proc.returncode}")
-
-
-def _build_repo(root: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("build_repository", ROOT / "examples" / "build_repository.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    repo = root / "repo"
-    repo.mkdir()
-    module.build_simple(repo)
-    return repo
 
 
 # ----- one request per protocol -----
@@ -293,42 +277,28 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULT)
-    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
-    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    add_results_md_options(parser, SECTION, RESULTS_MD)
     args = parser.parse_args()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs: list[subprocess.Popen[bytes]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = _build_repo(Path(tmp))
-        http, grpc_port, metrics, mgmt, base = free_ports(5)
-        try:
-            servelab = subprocess.Popen(
-                [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--http-port", str(http), "--grpc-port",
-                 str(grpc_port), "--metrics-port", str(metrics), "--management-port", str(mgmt), "--log-level", "warning"],
-                env=env, stdout=subprocess.DEVNULL)
-            procs.append(servelab)
-            baseline = subprocess.Popen(
-                [sys.executable, "-m", "servelab.bench.peers.fastapi_ort", "--model", str(repo / "simple" / "1" / "model.onnx"),
-                 "--name", "simple", "--port", str(base), "--intra-op-threads", "1"], env=env)
-            procs.append(baseline)
-            _wait_ready(f"http://127.0.0.1:{http}/v2/health/ready", servelab)
-            _wait_ready(f"http://127.0.0.1:{base}/v2/health/ready", baseline)
-            targets = {
-                "rest": f"http://127.0.0.1:{http}/v2/models/simple/infer",
-                "grpc": f"127.0.0.1:{grpc_port}",
-                "baseline": f"http://127.0.0.1:{base}/v2/models/simple/infer",
-                "stats": f"http://127.0.0.1:{http}/v2/models/simple/stats",
-            }
-            rows = asyncio.run(_measure(targets, args.concurrency, args.warmup_s, args.duration_s, args.rounds))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+    env = {"OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as servers:
+        repo = simple_repository(Path(tmp) / "repo")
+        servelab = servers.enter_context(
+            servelab_serve(repo, "--log-level", "warning", env=env, log=Path(tmp) / "servelab.log", ready_timeout_s=90))
+        [base] = free_ports(1)
+        baseline_argv = [sys.executable, "-m", "servelab.bench.peers.fastapi_ort", "--model",
+                         str(repo / "simple" / "1" / "model.onnx"), "--name", "simple", "--port", str(base),
+                         "--intra-op-threads", "1"]  # fmt: skip
+        servers.enter_context(running(baseline_argv, f"http://127.0.0.1:{base}/v2/health/ready", env=env,
+                                      log=Path(tmp) / "baseline.log", ready_timeout_s=90))
+        assert servelab.ports is not None
+        http = servelab.ports.http_url
+        targets = {
+            "rest": f"{http}/v2/models/simple/infer",
+            "grpc": servelab.ports.grpc_address,
+            "baseline": f"http://127.0.0.1:{base}/v2/models/simple/infer",
+            "stats": f"{http}/v2/models/simple/stats",
+        }
+        rows = asyncio.run(_measure(targets, args.concurrency, args.warmup_s, args.duration_s, args.rounds))
     result = {
         "benchmark": "serving_overhead",
         "model": "simple (ONNX INT32 [1,16] add/sub), batch 1",
@@ -339,14 +309,7 @@ def main() -> None:
         "ratio_to_baseline_rps": _ratios(rows),
     }
     _print_table(rows, result["ratio_to_baseline_rps"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written {args.out}")
-    if args.results_md is not None:
-        from servelab.bench.results_md import write_section
-
-        write_section(args.results_md, SECTION, results_markdown(result))
-        print(f"wrote section {SECTION!r} of {args.results_md}")
+    write_results(result, args.out, args.results_md, SECTION, results_markdown)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import platform
@@ -35,16 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _examples import simple_repository
 from rich.console import Console
 from rich.table import Table
 
 from servelab.bench import LevelResult, LoadSpec, TargetSpec, measure_level
 from servelab.bench.net import http_status
 from servelab.bench.peers.servelab_target import ServelabPeer
-from servelab.bench.results_md import write_section
+from servelab.bench.results_md import add_results_md_options, write_results
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 RESULT = HERE / "results" / "shadow_overhead.json"
 RESULTS_MD = HERE / "RESULTS.md"
 SECTION = "shadow_overhead"
@@ -55,13 +54,7 @@ REQUESTS = [{"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16), "INPUT1": n
 
 # ----- the server -----
 def _build_repo(root: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("build_repository", ROOT / "examples" / "build_repository.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    built = root / "built"
-    built.mkdir()
-    module.build_simple(built)
+    built = simple_repository(root / "built")
     repo = root / "repo"
     for name, policy in ((PLAIN, 'default: "1"\n'), (SHADOWED, 'default: "1"\nshadow: {version: 2, sample: 1.0}\n')):
         folder = repo / name
@@ -219,8 +212,7 @@ def main() -> None:
     parser.add_argument("--shadow-queue", type=int, default=64, help="server setting routing.shadow_queue (copies "
                         "waiting or running; past it they are shed)")
     parser.add_argument("--output", type=Path, default=RESULT)
-    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
-    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    add_results_md_options(parser, SECTION, RESULTS_MD)
     args = parser.parse_args()
     console = Console()
     with tempfile.TemporaryDirectory() as tmp, \
@@ -242,10 +234,7 @@ def main() -> None:
     }
     console.print(_table(doc))
     console.print(results_markdown(doc).splitlines()[-1])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(doc, indent=2) + "\n")
-    if args.results_md is not None:
-        write_section(args.results_md, SECTION, results_markdown(doc))
+    write_results(doc, args.output, args.results_md, SECTION, results_markdown)
     if not doc["result"]["pass"]:
         raise SystemExit(1)
 

@@ -26,14 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import platform
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,15 +38,16 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
+from _examples import simple_repository
 from rich.console import Console
 from rich.table import Table
 
 from servelab.bench import LevelResult, LoadSpec, TargetSpec, measure_level
-from servelab.bench.net import free_ports, http_status, wait_until
-from servelab.bench.results_md import write_section
+from servelab.bench.net import http_status
+from servelab.bench.results_md import add_results_md_options, write_results
+from servelab.bench.serverproc import servelab_serve
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 RESULT = HERE / "results" / "soak.json"
 RESULTS_MD = HERE / "RESULTS.md"
 SECTION = "soak"
@@ -61,13 +58,7 @@ REQUESTS = [{"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16), "INPUT1": n
 
 # ----- the server -----
 def _build_repo(root: Path, rollout: bool) -> Path:
-    spec = importlib.util.spec_from_file_location("build_repository", ROOT / "examples" / "build_repository.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    repo = root / "repo"
-    repo.mkdir()
-    module.build_simple(repo)
+    repo = simple_repository(root / "repo")
     if rollout:  # version 2 beside 1, the default pinned to stable = 1 until the rollout moves it
         folder = repo / MODEL
         shutil.copytree(folder / "1", folder / "2")
@@ -99,29 +90,6 @@ def _rollout_summary(status: dict[str, Any]) -> dict[str, Any]:
             "events": [f"{h['event']}" + (f" {h['percent']:g}%" if h.get("percent") is not None else "")
                        for h in status["history"]],
             "pass": r["status"] in ("running", "promoted")}
-
-
-def _start_server(repo: Path) -> tuple[subprocess.Popen[bytes], str]:
-    http, grpc_port, metrics, management = free_ports(4)
-    cmd = [sys.executable, "-m", "servelab.cli", "serve", str(repo), "--host", "127.0.0.1",
-           "--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics),
-           "--management-port", str(management), "--model-control-mode", "explicit", "--load-model", MODEL,
-           "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{http}"
-    wait_until(lambda: http_status(f"{url}/v2/health/ready")[0] == 200, 90, url,
-               lambda: None if proc.poll() is None else f"exit code {proc.returncode}")
-    return proc, url
-
-
-def _stop_server(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
 
 
 # ----- the two phases -----
@@ -258,26 +226,27 @@ def main() -> None:
     parser.add_argument("--probe-interval-ms", type=int, default=2000, help="window of the maximum-throughput probe")
     parser.add_argument("--rollout", action="store_true", help="run a staged canary of version 2 through the soak")
     parser.add_argument("--output", type=Path, default=RESULT)
-    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
-    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    add_results_md_options(parser, SECTION, RESULTS_MD)
     args = parser.parse_args()
     args.window_s = args.window_s or min(60.0, args.duration_s / 4)
     args.warmup_s = args.warmup_s if args.warmup_s is not None else min(60.0, args.duration_s / 4)
     console = Console()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, url = _start_server(_build_repo(Path(tmp), args.rollout))
-        rollout: dict[str, Any] | None = None
-        try:
-            target = TargetSpec("oip-http", url, binary=True, server_pid=proc.pid)
-            max_rps = asyncio.run(_max_throughput(target, args.max_concurrency, args.probe_interval_ms))
-            console.print(f"maximum throughput: {max_rps:.0f} req/s; soaking at {args.load_fraction:.0%}")
-            if args.rollout:
-                _rollout_call(url, _rollout_spec(args.duration_s))
-            soak = asyncio.run(_soak(target, proc.pid, url, max_rps * args.load_fraction, args))
-            if args.rollout:
-                rollout = _rollout_summary(_rollout_call(url))
-        finally:
-            code = _stop_server(proc)
+    rollout: dict[str, Any] | None = None
+    flags = ("--model-control-mode", "explicit", "--load-model", MODEL, "--log-level", "warning")
+    with tempfile.TemporaryDirectory() as tmp, \
+            servelab_serve(_build_repo(Path(tmp), args.rollout), *flags, env={"OMP_NUM_THREADS": "1"},
+                           log=Path(tmp) / "server.log", ready_timeout_s=90, stop_timeout_s=60) as server:
+        assert server.ports is not None
+        url = server.ports.http_url
+        target = TargetSpec("oip-http", url, binary=True, server_pid=server.pid)
+        max_rps = asyncio.run(_max_throughput(target, args.max_concurrency, args.probe_interval_ms))
+        console.print(f"maximum throughput: {max_rps:.0f} req/s; soaking at {args.load_fraction:.0%}")
+        if args.rollout:
+            _rollout_call(url, _rollout_spec(args.duration_s))
+        soak = asyncio.run(_soak(target, server.pid, url, max_rps * args.load_fraction, args))
+        if args.rollout:
+            rollout = _rollout_summary(_rollout_call(url))
+    code = server.exit_code
     doc = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -288,10 +257,7 @@ def main() -> None:
         doc["rollout"] = rollout
     console.print(_table(max_rps, soak))
     console.print(results_markdown(doc).splitlines()[-1])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(doc, indent=2) + "\n")
-    if args.results_md is not None:
-        write_section(args.results_md, SECTION, results_markdown(doc))
+    write_results(doc, args.output, args.results_md, SECTION, results_markdown)
     if not soak["pass"] or code != 0 or (rollout is not None and not rollout["pass"]):
         raise SystemExit(1)
 

@@ -156,6 +156,8 @@ def _int_list(text: str) -> list[int]:
 
 
 def main() -> None:
+    from servelab.bench.results_md import add_results_md_options, write_results
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--measurement-interval-ms", type=int, default=2000, help="perf_analyzer -p")
     parser.add_argument("--stability-percentage", type=float, default=10.0, help="perf_analyzer -s")
@@ -167,8 +169,7 @@ def main() -> None:
     parser.add_argument("--models", type=lambda t: t.split(","), default=list(MODELS))
     parser.add_argument("--peers-dir", type=Path, default=ROOT / ".peers")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
-    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+    add_results_md_options(parser, SECTION, RESULTS_MD)
     args = parser.parse_args()
     if args.rounds < 1 or args.max_trials < 3 or args.measurement_interval_ms < 10 or not args.concurrency:
         parser.error("--rounds must be >= 1, --max-trials >= 3, --measurement-interval-ms >= 10, --concurrency non-empty")
@@ -188,14 +189,7 @@ def main() -> None:
         "rows": rows, "runs": runs,
     }  # fmt: skip
     print(results_markdown(doc))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    if args.results_md is not None:
-        from servelab.bench.results_md import write_section
-
-        write_section(args.results_md, SECTION, results_markdown(doc))
-        print(f"wrote section {SECTION!r} of {args.results_md}")
+    write_results(doc, args.out, args.results_md, SECTION, results_markdown)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Models:
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import shutil
 import sys
@@ -32,9 +31,31 @@ HERE = Path(__file__).parent
 SEED = 0
 
 
-def build_simple(repo: Path) -> None:
-    d = repo / "simple"
+def _model_folder(repo: Path, name: str, config: str) -> Path:
+    """``<repo>/<name>`` with an empty version folder ``1`` and ``config`` (dedented) as config.pbtxt."""
+    d = repo / name
     (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(textwrap.dedent(config))
+    return d
+
+
+SIMPLE_CONFIG = """\
+name: "simple"
+platform: "onnxruntime_onnx"
+max_batch_size: 32
+input [
+  { name: "INPUT0", data_type: TYPE_INT32, dims: [16] },
+  { name: "INPUT1", data_type: TYPE_INT32, dims: [16] }
+]
+output [
+  { name: "OUTPUT0", data_type: TYPE_INT32, dims: [16] },
+  { name: "OUTPUT1", data_type: TYPE_INT32, dims: [16] }
+]
+"""
+
+
+def build_simple(repo: Path) -> None:
+    d = _model_folder(repo, "simple", SIMPLE_CONFIG)
     x0 = helper.make_tensor_value_info("INPUT0", TensorProto.INT32, ["batch", 16])
     x1 = helper.make_tensor_value_info("INPUT1", TensorProto.INT32, ["batch", 16])
     y0 = helper.make_tensor_value_info("OUTPUT0", TensorProto.INT32, ["batch", 16])
@@ -48,23 +69,6 @@ def build_simple(repo: Path) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     onnx.checker.check_model(model)
     onnx.save(model, d / "1" / "model.onnx")
-    (d / "config.pbtxt").write_text(
-        textwrap.dedent(
-            """\
-            name: "simple"
-            platform: "onnxruntime_onnx"
-            max_batch_size: 32
-            input [
-              { name: "INPUT0", data_type: TYPE_INT32, dims: [16] },
-              { name: "INPUT1", data_type: TYPE_INT32, dims: [16] }
-            ]
-            output [
-              { name: "OUTPUT0", data_type: TYPE_INT32, dims: [16] },
-              { name: "OUTPUT1", data_type: TYPE_INT32, dims: [16] }
-            ]
-            """
-        )
-    )
 
 
 def make_mlp() -> object:
@@ -92,13 +96,9 @@ def build_mlps(repo: Path) -> None:
         "mlp_openvino": ("model.xml", "openvino", "INPUT", "OUTPUT"),
     }
     for name, (_filename, platform, i, o) in specs.items():
-        d = repo / name
-        (d / "1").mkdir(parents=True)
-        (d / "labels.txt").write_text(labels)
         backend = 'backend: "openvino"' if platform == "openvino" else f'platform: "{platform}"'
-        (d / "config.pbtxt").write_text(
-            f'name: "{name}"\n{backend}\nmax_batch_size: 32\n' + textwrap.dedent(io.format(i=i, o=o))
-        )
+        config = f'name: "{name}"\n{backend}\nmax_batch_size: 32\n' + textwrap.dedent(io.format(i=i, o=o))
+        (_model_folder(repo, name, config) / "labels.txt").write_text(labels)
     export_onnx(mlp, example, repo / "mlp_onnx/1/model.onnx", ["INPUT"], ["OUTPUT"])
     export_torchscript(mlp, example, repo / "mlp_torchscript/1/model.pt")
     export_openvino(repo / "mlp_onnx/1/model.onnx", repo / "mlp_openvino/1/model.xml")
@@ -131,53 +131,46 @@ class TritonPythonModel:
 '''
 
 
+PREPROCESS_CONFIG = """\
+name: "preprocess"
+backend: "python"
+max_batch_size: 32
+input [ { name: "PIXELS", data_type: TYPE_UINT8, dims: [16] } ]
+output [ { name: "PIXELS_NORM", data_type: TYPE_FP32, dims: [16] } ]
+"""
+
+
 def build_preprocess(repo: Path) -> None:
-    d = repo / "preprocess"
-    (d / "1").mkdir(parents=True)
-    (d / "1" / "model.py").write_text(PREPROCESS)
-    (d / "config.pbtxt").write_text(
-        textwrap.dedent(
-            """\
-            name: "preprocess"
-            backend: "python"
-            max_batch_size: 32
-            input [ { name: "PIXELS", data_type: TYPE_UINT8, dims: [16] } ]
-            output [ { name: "PIXELS_NORM", data_type: TYPE_FP32, dims: [16] } ]
-            """
-        )
-    )
+    (_model_folder(repo, "preprocess", PREPROCESS_CONFIG) / "1" / "model.py").write_text(PREPROCESS)
+
+
+PIPELINE_CONFIG = """\
+name: "pipeline"
+platform: "ensemble"
+max_batch_size: 32
+input [ { name: "PIXELS", data_type: TYPE_UINT8, dims: [16] } ]
+output [ { name: "SCORES", data_type: TYPE_FP32, dims: [8] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "preprocess"
+      model_version: -1
+      input_map { key: "PIXELS" value: "PIXELS" }
+      output_map { key: "PIXELS_NORM" value: "normalised" }
+    },
+    {
+      model_name: "mlp_torchscript"
+      model_version: -1
+      input_map { key: "INPUT__0" value: "normalised" }
+      output_map { key: "OUTPUT__0" value: "SCORES" }
+    }
+  ]
+}
+"""
 
 
 def build_pipeline(repo: Path) -> None:
-    d = repo / "pipeline"
-    (d / "1").mkdir(parents=True)
-    (d / "config.pbtxt").write_text(
-        textwrap.dedent(
-            """\
-            name: "pipeline"
-            platform: "ensemble"
-            max_batch_size: 32
-            input [ { name: "PIXELS", data_type: TYPE_UINT8, dims: [16] } ]
-            output [ { name: "SCORES", data_type: TYPE_FP32, dims: [8] } ]
-            ensemble_scheduling {
-              step [
-                {
-                  model_name: "preprocess"
-                  model_version: -1
-                  input_map { key: "PIXELS" value: "PIXELS" }
-                  output_map { key: "PIXELS_NORM" value: "normalised" }
-                },
-                {
-                  model_name: "mlp_torchscript"
-                  model_version: -1
-                  input_map { key: "INPUT__0" value: "normalised" }
-                  output_map { key: "OUTPUT__0" value: "SCORES" }
-                }
-              ]
-            }
-            """
-        )
-    )
+    _model_folder(repo, "pipeline", PIPELINE_CONFIG)
 
 
 def build(out: Path, with_graph: bool = True, graph_nodes: int = 100_000) -> Path:
@@ -205,13 +198,7 @@ def _sibling(name: str) -> ModuleType:
     return module
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=HERE / "repository")
-    args = parser.parse_args()
-    path = build(args.out)
-    print(f"example repository written to {path}: {', '.join(sorted(p.name for p in path.iterdir()))}")
-
-
 if __name__ == "__main__":
-    main()
+    from _build_cli import build_main  # beside this file, on sys.path when it runs as a script
+
+    build_main(__doc__, build, HERE, "example repository")

@@ -8,7 +8,6 @@ out/choose/resnet50`` writes ``images.npz`` (random images, the ``--data`` of th
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -84,15 +83,7 @@ def example_inputs() -> torch.Tensor:
     return torch.from_numpy(images(2))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("out/choose/resnet50"))
-    parser.add_argument("--samples", type=int, default=64)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out / "images.npz", image=images(args.samples, seed=SEED + 7))
-    print(f"data: {args.out / 'images.npz'}")
-
-
 if __name__ == "__main__":
-    main()
+    from _data import data_main  # beside this file, on sys.path when it runs as a script
+
+    data_main(__doc__, Path("out/choose/resnet50"), "images", "image", 64, lambda n: images(n, seed=SEED + 7))

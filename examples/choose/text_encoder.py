@@ -7,7 +7,6 @@ out/choose/text`` writes ``tokens.npz`` (random token ids), the ``--data`` of th
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -65,15 +64,7 @@ def example_inputs() -> torch.Tensor:
     return torch.from_numpy(tokens(2))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("out/choose/text"))
-    parser.add_argument("--samples", type=int, default=512)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out / "tokens.npz", tokens=tokens(args.samples, seed=SEED + 7))
-    print(f"data: {args.out / 'tokens.npz'}")
-
-
 if __name__ == "__main__":
-    main()
+    from _data import data_main  # beside this file, on sys.path when it runs as a script
+
+    data_main(__doc__, Path("out/choose/text"), "tokens", "tokens", 512, lambda n: tokens(n, seed=SEED + 7))

@@ -21,8 +21,8 @@ INT32 [1] INPUT and OUTPUT, max_batch_size 8 (a batch of requests from different
 
 from __future__ import annotations
 
-import argparse
 import shutil
+import sys
 from pathlib import Path
 
 import onnx
@@ -145,13 +145,8 @@ def build(out: Path, names: tuple[str, ...] = MODELS) -> Path:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=HERE / "repository")
-    args = parser.parse_args()
-    path = build(args.out)
-    print(f"sequence models written to {path}: {', '.join(MODELS)}")
-
-
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(HERE.parent))  # examples/, for the builders' shared command line
+    from _build_cli import build_main
+
+    build_main(__doc__, build, HERE, "sequence models", MODELS)

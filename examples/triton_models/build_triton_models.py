@@ -20,8 +20,8 @@ All but ``ort_inside`` are kept here as files; its model.py is copied from the p
 
 from __future__ import annotations
 
-import argparse
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -75,13 +75,8 @@ def build(out: Path) -> Path:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=HERE / "repository")
-    args = parser.parse_args()
-    path = build(args.out)
-    print(f"python-backend models written to {path}: {', '.join(MODELS)}")
-
-
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(HERE.parent))  # examples/, for the builders' shared command line
+    from _build_cli import build_main
+
+    build_main(__doc__, build, HERE, "python-backend models", MODELS)

@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "DTYPES", "ECHO_PY", "GATED_PY", "IO", "NUMERIC_DTYPES", "SAGE_LAYERS_SOURCE", "XY", "auto_complete_py", "dense_onnx",
-    "densenet_like_onnx", "eager", "echo_py", "gated_py", "linear_torchscript", "sage_layers_source", "save_onnx",
-    "scale_onnx", "tensor", "torch_mlp", "unary_onnx", "write_python_model",
+    "DTYPES", "ECHO_PY", "GATED_PY", "IO", "NUMERIC_DTYPES", "PID_PY", "SAGE_LAYERS_SOURCE", "XY",
+    "auto_complete_py", "dense_onnx", "densenet_like_onnx", "eager", "echo_py", "gated_py",
+    "linear_torchscript", "onnx_model", "pid_py", "sage_layers_source", "save_onnx", "scale_onnx", "tensor", "torch_mlp",
+    "unary_onnx", "unary_onnx_bytes", "write_python_model",
 ]  # fmt: skip
 
 OPSET = 17
@@ -59,6 +60,20 @@ def tensor(name: str, elem_type: int, dims: Dims) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem_type, list(dims))
 
 
+def onnx_model(
+    nodes: Iterable[onnx.NodeProto],
+    inputs: Iterable[onnx.ValueInfoProto],
+    outputs: Iterable[onnx.ValueInfoProto],
+    initializers: Iterable[onnx.TensorProto] = (),
+    name: str = "model",
+) -> onnx.ModelProto:
+    """One checked ONNX model of this suite's opset and IR version."""
+    graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    onnx.checker.check_model(model)
+    return model
+
+
 def save_onnx(
     path: Path,
     nodes: Iterable[onnx.NodeProto],
@@ -68,12 +83,19 @@ def save_onnx(
     name: str = "model",
 ) -> Path:
     """Check and write one ONNX model (parent folders created); returns ``path``."""
-    graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-    onnx.checker.check_model(model)
+    return _write(path, onnx_model(nodes, inputs, outputs, initializers, name))
+
+
+def _write(path: Path, model: onnx.ModelProto) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, path)
     return path
+
+
+def _unary(op: str, elem_type: int, dims: Dims, io: tuple[str, str]) -> onnx.ModelProto:
+    i, o = io
+    node = helper.make_node(op, [i], [o])
+    return onnx_model([node], [tensor(i, elem_type, dims)], [tensor(o, elem_type, dims)], name=op.lower())
 
 
 def unary_onnx(
@@ -84,9 +106,14 @@ def unary_onnx(
     io: tuple[str, str] = IO,
 ) -> Path:
     """``OUTPUT = op(INPUT)`` of one element type and shape: Identity (an echo), Relu, Neg ..."""
-    i, o = io
-    node = helper.make_node(op, [i], [o])
-    return save_onnx(path, [node], [tensor(i, elem_type, dims)], [tensor(o, elem_type, dims)], name=op.lower())
+    return _write(path, _unary(op, elem_type, dims, io))
+
+
+def unary_onnx_bytes(
+    op: str = "Identity", elem_type: int = TensorProto.FLOAT, dims: Dims = ("batch", 4), io: tuple[str, str] = IO
+) -> bytes:
+    """:func:`unary_onnx`'s model as bytes (an upload's ``file:1/model.onnx``, no file written)."""
+    return _unary(op, elem_type, dims, io).SerializeToString()
 
 
 def scale_onnx(path: Path, factor: float, io: tuple[str, str] = IO, features: int = 4) -> Path:
@@ -190,6 +217,37 @@ class TritonPythonModel:
                 raise RuntimeError("the gate closed without releasing the request")
         return [{{"OUTPUT": r.inputs["INPUT"]}} for r in requests]
 """
+
+
+#: x FP32 -> y = x * {factor} and pid INT64 [1] (per row when batched): the process that ran the call, so a
+#: test sees which worker served it; optionally hangs forever on a first value > 0, or logs each load
+PID_PY = """\
+import os
+import threading
+
+import numpy as np
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if {log_loads}:  # one line per load (its pid) in <model folder>/loads.txt
+            with open(os.path.join(args["model_repository"], "loads.txt"), "a") as f:
+                f.write(f"{{os.getpid()}}\\n")
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = r.get("x")
+            if {hang_on_positive} and float(x.reshape(-1)[0]) > 0:
+                threading.Event().wait()  # a call that never returns
+            out.append({{"y": x * {factor}, "pid": np.full(x.shape[:-1] + (1,), os.getpid(), np.int64)}})
+        return out
+"""
+
+
+def pid_py(factor: float = 1.0, *, hang_on_positive: bool = False, log_loads: bool = False) -> str:
+    """model.py source of :data:`PID_PY` (see :func:`harness.repository.pid_model` for its config)."""
+    return PID_PY.format(factor=float(factor), hang_on_positive=hang_on_positive, log_loads=log_loads)
 
 
 def echo_py(io: tuple[str, str] = IO) -> str:

@@ -39,8 +39,8 @@ from harness.models import write_python_model as _write_python_model
 
 __all__ = [
     "CLASS_LABELS", "DENSENET_CONFIG", "TINY_WEIGHTS", "add_gated_model", "build_echo_models", "build_test_repository",
-    "dense_model", "densenet_model", "echo_name", "io_config", "model_config", "onnx_echo", "python_model", "scale_model",
-    "sequence_models", "tiny_repository", "write_config",
+    "dense_model", "densenet_model", "echo_name", "io_config", "model_config", "onnx_echo", "pid_model", "python_model",
+    "scale_model", "sequence_models", "tiny_repository", "write_config",
 ]  # fmt: skip
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "build_repository.py"
@@ -125,6 +125,17 @@ def python_model(repo: Path, name: str, source: str, datatype: str, dims: list[i
     d = repo / name
     _write_python_model(d, source)
     write_config(d, io_config(name, PYTHON, datatype, dims, io=io, max_batch_size=max_batch_size, extra=extra))
+    return d
+
+
+def pid_model(repo: Path, name: str, source: str, dims: list[int], *, max_batch_size: int = 8,
+              extra: str = "") -> Path:
+    """A Python-backend model folder running ``source`` (a :func:`harness.models.pid_py`): x FP32 ``dims``
+    -> y (the same) and pid INT64 [1]; ``extra`` goes into config.pbtxt (instance_group ...)."""
+    d = repo / name
+    _write_python_model(d, source)
+    inputs, outputs = [("x", "FP32", dims)], [("y", "FP32", dims), ("pid", "INT64", [1])]
+    write_config(d, model_config(name, PYTHON, inputs, outputs, max_batch_size=max_batch_size, extra=extra))
     return d
 
 

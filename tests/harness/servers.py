@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-__all__ = ["HOST", "MAX_BODY_BYTES", "READY_TIMEOUT_S", "ServerProcess", "running_server"]
+__all__ = [
+    "HOST", "MAX_BODY_BYTES", "READY_TIMEOUT_S", "ServerProcess", "running_server", "server_fixture", "stopping",
+]  # fmt: skip
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 90.0
@@ -201,14 +204,35 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def running_server(
-    repository: Path, log_dir: Path, name: str, *args: str, **options: Any
-) -> Iterator[ServerProcess]:
-    """A started server with ``args`` as extra ``servelab serve`` flags and ``options`` as ServerProcess
-    fields (``host``, ``ca``, ``client_cert``); stopped on exit, which must be 0."""
-    server = ServerProcess(repository, log_dir / f"{name}.log", list(args), **options).start()
+def stopping(server: ServerProcess) -> Iterator[ServerProcess]:
+    """Yield the started ``server`` (any ServerProcess, e.g. one of ``server_factory``'s or a subclass);
+    on exit it is stopped with SIGTERM and must exit 0 (checked only when the block itself succeeded)."""
     try:
         yield server
     finally:
         code = server.stop()
-    assert code == 0, f"server {name} exited with {code}:\n{server.log_tail()}"
+    assert code == 0, f"server {server.log_path.stem} exited with {code}:\n{server.log_tail()}"
+
+
+@contextlib.contextmanager
+def running_server(
+    repository: Path, log_dir: Path, name: str, *args: str, **options: Any
+) -> Iterator[ServerProcess]:
+    """A started server with ``args`` as extra ``servelab serve`` flags and ``options`` as ServerProcess
+    fields (``host``, ``ca``, ``client_cert``, ``env``); stopped on exit, which must be 0."""
+    with stopping(ServerProcess(repository, log_dir / f"{name}.log", list(args), **options).start()) as server:
+        yield server
+
+
+def server_fixture(repository_fixture: str, name: str, *args: str, doc: str = "") -> Any:
+    """A module-scoped pytest fixture: :func:`running_server` of the folder the fixture named
+    ``repository_fixture`` returns, with ``args`` as extra flags and its log in a fresh temporary folder."""
+
+    @pytest.fixture(scope="module")
+    def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+        repository = request.getfixturevalue(repository_fixture)
+        with running_server(repository, tmp_path_factory.mktemp(f"{name}-logs"), name, *args) as server:
+            yield server
+
+    served.__doc__ = doc or f"``servelab serve`` of :func:`{repository_fixture}` ({name})."
+    return served

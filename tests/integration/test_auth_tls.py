@@ -8,6 +8,8 @@ import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import httpx
 import numpy as np
@@ -16,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from harness.clients import simple_inputs
 from harness.servers import ServerProcess, running_server
 
 trustme = pytest.importorskip("trustme", reason="TLS tests make their certificates with trustme (dev extra)")
@@ -76,18 +79,20 @@ def mtls_server(pki: Pki, test_repository: Path, tmp_path_factory: pytest.TempPa
         yield s
 
 
-def _infer_http(client: httpclient.InferenceServerClient) -> np.ndarray:
-    inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
-    for i in inputs:
-        i.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
-    return client.infer("simple", inputs).as_numpy("OUTPUT0")
+def _infer_simple(module: ModuleType, client: Any) -> np.ndarray:
+    """``simple``'s OUTPUT0 for INPUT0 = INPUT1 = 0..15, through ``module`` (tritonclient.http or .grpc)."""
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    return client.infer("simple", simple_inputs(module, a, a)).as_numpy("OUTPUT0")
 
 
-def _infer_grpc(client: grpcclient.InferenceServerClient) -> np.ndarray:
-    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
-    for i in inputs:
-        i.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
-    return client.infer("simple", inputs).as_numpy("OUTPUT0")
+def _assert_grpc_refused(client: grpcclient.InferenceServerClient) -> None:
+    """``client`` (which is closed here) cannot reach the server: the TLS handshake never completes."""
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            client.is_server_live(client_timeout=10)
+        assert info.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
+    finally:
+        client.close()
 
 
 EXPECTED = 2 * np.arange(16).reshape(1, 16)
@@ -97,7 +102,7 @@ def test_tritonclient_http_reaches_https_with_ssl_options(tls_server: ServerProc
     client = httpclient.InferenceServerClient(tls_server.http_address, ssl=True, ssl_options={"ca_certs": str(pki.ca)})
     try:
         assert client.is_server_ready()
-        np.testing.assert_array_equal(_infer_http(client), EXPECTED)
+        np.testing.assert_array_equal(_infer_simple(httpclient, client), EXPECTED)
         client.load_model("echo_int8")
         client.unload_model("echo_int8")
     finally:
@@ -123,23 +128,17 @@ def test_tritonclient_grpc_reaches_tls_with_root_certificates(tls_server: Server
     client = grpcclient.InferenceServerClient(tls_server.grpc_address, ssl=True, root_certificates=str(pki.ca))
     try:
         assert client.is_server_ready()
-        np.testing.assert_array_equal(_infer_grpc(client), EXPECTED)
+        np.testing.assert_array_equal(_infer_simple(grpcclient, client), EXPECTED)
     finally:
         client.close()
-    plain = grpcclient.InferenceServerClient(tls_server.grpc_address)
-    try:
-        with pytest.raises(InferenceServerException) as info:
-            plain.is_server_live(client_timeout=10)
-        assert info.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
-    finally:
-        plain.close()
+    _assert_grpc_refused(grpcclient.InferenceServerClient(tls_server.grpc_address))
 
 
 def test_mutual_tls_http_admits_only_a_certificate_the_ca_signed(mtls_server: ServerProcess, pki: Pki) -> None:
     options = {"ca_certs": str(pki.ca), "certfile": str(pki.client_cert), "keyfile": str(pki.client_key)}
     client = httpclient.InferenceServerClient(mtls_server.http_address, ssl=True, ssl_options=options)
     try:
-        np.testing.assert_array_equal(_infer_http(client), EXPECTED)
+        np.testing.assert_array_equal(_infer_simple(httpclient, client), EXPECTED)
     finally:
         client.close()
     no_cert = mtls_server.ssl_context(with_client_cert=False)
@@ -160,16 +159,10 @@ def test_mutual_tls_grpc_admits_only_a_certificate_the_ca_signed(mtls_server: Se
         private_key=str(pki.client_key), certificate_chain=str(pki.client_cert),
     )
     try:
-        np.testing.assert_array_equal(_infer_grpc(client), EXPECTED)
+        np.testing.assert_array_equal(_infer_simple(grpcclient, client), EXPECTED)
     finally:
         client.close()
     for key, chain in ((None, None), (str(pki.stranger_key), str(pki.stranger_cert))):
-        refused = grpcclient.InferenceServerClient(
+        _assert_grpc_refused(grpcclient.InferenceServerClient(
             mtls_server.grpc_address, ssl=True, root_certificates=str(pki.ca), private_key=key, certificate_chain=chain
-        )
-        try:
-            with pytest.raises(InferenceServerException) as info:
-                refused.is_server_live(client_timeout=10)
-            assert info.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
-        finally:
-            refused.close()
+        ))

@@ -3,7 +3,6 @@ image_client asks for it), model_warmup before ready, and --strict-model-config.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from harness.repository import densenet_model, onnx_echo
-from harness.servers import ServerProcess, running_server
+from harness.servers import ServerProcess, running_server, server_fixture
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +30,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def config_server(repo: Path, log_dir: Path) -> Iterator[ServerProcess]:
-    with running_server(repo, log_dir, "configs") as server:
-        yield server
+config_server = server_fixture("repo", "configs")
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from harness.repository import scale_model
-from harness.servers import HOST, ServerProcess, running_server
+from harness.servers import HOST, ServerProcess, server_fixture
 
 ray = pytest.importorskip("ray", reason="the ray extra (servelab[ray]) is part of the dev extra")
 
@@ -55,11 +55,8 @@ def example_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def reference(example_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """`servelab serve` of the same repository: the answers Ray must give."""
-    with running_server(example_repository, tmp_path_factory.mktemp("ref-logs"), "reference") as server:
-        yield server
+reference = server_fixture("example_repository", "reference",
+                           doc="`servelab serve` of the same repository: the answers Ray must give.")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ with ONNX Runtime layers; the served answers must equal the in-process Engine's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from harness.clients import infer_input
-from harness.servers import ServerProcess, running_server
+from harness.servers import ServerProcess, server_fixture
 from servelab import Engine
 from servelab.graph.export import export_repository
 from servelab.graph.store import build_store
@@ -56,10 +55,7 @@ def sage_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-@pytest.fixture(scope="module")
-def sage_server(sage_repo: Path, log_dir: Path) -> Iterator[ServerProcess]:
-    with running_server(sage_repo, log_dir, "sage") as server:
-        yield server
+sage_server = server_fixture("sage_repo", "sage")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.servers import HOST, ServerProcess
+from harness.servers import HOST, ServerProcess, stopping
 
 HEADER_TIMEOUT_S = 1.0
 KEEP_ALIVE_S = 2
@@ -29,18 +29,14 @@ READY = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
 
 @pytest.fixture(scope="module")
 def limited(server_factory: Any) -> Iterator[ServerProcess]:
-    server = server_factory(
+    with stopping(server_factory(
         "http-limits",
         "--http-header-timeout-s", str(HEADER_TIMEOUT_S),
         "--http-keep-alive-timeout-s", str(KEEP_ALIVE_S),
         "--http-max-connections", str(MAX_CONNECTIONS),
         "--http-max-header-bytes", str(MAX_HEADER_BYTES),
-    )
-    try:
+    )) as server:
         yield server
-    finally:
-        code = server.stop()
-    assert code == 0, f"server exited with {code}:\n{server.log_tail()}"
 
 
 def _connect(server: ServerProcess) -> socket.socket:
@@ -136,13 +132,9 @@ def test_requests_past_the_connection_cap_get_503_and_the_cap_frees_up(limited: 
 @pytest.fixture
 def patient(server_factory: Any) -> Iterator[ServerProcess]:
     """The same cap with a long header timeout, so that silent connections stay open while the test runs."""
-    server = server_factory("http-flood", "--http-max-connections", str(MAX_CONNECTIONS),
-                            "--http-header-timeout-s", str(PATIENCE_S * 3))
-    try:
+    with stopping(server_factory("http-flood", "--http-max-connections", str(MAX_CONNECTIONS),
+                                 "--http-header-timeout-s", str(PATIENCE_S * 3))) as server:
         yield server
-    finally:
-        code = server.stop()
-    assert code == 0, f"server exited with {code}:\n{server.log_tail()}"
 
 
 def test_connections_past_twice_the_cap_are_closed_at_once(patient: ServerProcess) -> None:

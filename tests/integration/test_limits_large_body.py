@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,8 @@ import pytest
 import tritonclient.grpc as tc
 from onnx import TensorProto, helper
 
-from harness.servers import ServerProcess
+from harness.load import RequestLoop
+from harness.servers import ServerProcess, running_server
 
 BIG_BYTES = 64 * 1024 * 1024
 P99_BAR_MS = 50.0
@@ -64,13 +64,8 @@ def _repository(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def big_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("large-body")
-    server = ServerProcess(_repository(root / "models"), root / "server.log",
-                           ["--max-body-bytes", str(80 * 1024 * 1024)]).start()
-    try:
+    with running_server(_repository(root / "models"), root, "server", "--max-body-bytes", str(80 * 1024 * 1024)) as server:
         yield server
-    finally:
-        code = server.stop()
-    assert code == 0, f"server exited with {code}:\n{server.log_tail()}"
 
 
 def _big_body() -> tuple[bytes, float]:
@@ -93,34 +88,6 @@ print(r.text[:2000])
 """
 
 
-class SmallStream:
-    """Sequential small requests on one kept-alive connection; (sent at, latency s) of each."""
-
-    def __init__(self, url: str) -> None:
-        self.url = f"{url}/v2/models/tiny/infer"
-        self.samples: list[tuple[float, float]] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=30) as client:
-            while not self._stop.is_set():
-                started = time.monotonic()
-                r = client.post(self.url, content=TINY)
-                self.samples.append((started, time.monotonic() - started))
-                if r.status_code != 200:
-                    self.failures.append(r.text[:200])
-
-    def __enter__(self) -> SmallStream:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
 def test_small_requests_keep_their_p99_while_a_64_mb_request_decodes(
     big_server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -131,7 +98,7 @@ def test_small_requests_keep_their_p99_while_a_64_mb_request_decodes(
     with httpx.Client(timeout=30) as warm:
         assert warm.post(f"{big_server.http_url}/v2/models/tiny/infer", content=TINY).status_code == 200
     sender = [sys.executable, "-c", SENDER, f"{big_server.http_url}/v2/models/sum_fp32/infer", str(tmp_path / "body.json")]
-    with SmallStream(big_server.http_url) as stream:
+    with RequestLoop(f"{big_server.http_url}/v2/models/tiny/infer", TINY) as stream:  # small, sequential
         while len(stream.samples) < 50:  # polling for the stream to be under way, not synchronisation
             time.sleep(0.01)
         done = subprocess.run(sender, capture_output=True, text=True, timeout=180, check=True)
@@ -141,7 +108,7 @@ def test_small_requests_keep_their_p99_while_a_64_mb_request_decodes(
     assert status == "200", text[:300]
     assert json.loads(text)["outputs"][0]["data"][0] == pytest.approx(expected, rel=1e-4)
     assert not stream.failures, stream.failures[:3]
-    during = [latency for sent, latency in stream.samples if started <= sent <= finished]
+    during = [latency for sent, latency, _ in stream.samples if started <= sent <= finished]
     assert len(during) >= MIN_SAMPLES, f"only {len(during)} small requests in {finished - started:.2f} s"
     p99_ms = float(np.percentile(during, 99)) * 1e3
     print(f"\n64 MB JSON request: {finished - started:.2f} s; {len(during)} small requests meanwhile, "

@@ -24,6 +24,16 @@ def _rest_infer(server: ServerProcess, body: dict[str, object], model: str = "ec
     return httpx.post(f"{server.http_url}/v2/models/{model}/infer", content=orjson.dumps(body), timeout=10)
 
 
+def _compat_predict(server: ServerProcess, route: str, model: str, value: str) -> httpx.Response:
+    """POST the JSON text ``value`` as the tensor of one predict call on a compat door: TF Serving's
+    ``{"inputs": value}`` on ``:predict`` or TorchServe's bare body on ``/predictions``."""
+    if route == "tfserving":
+        return httpx.post(f"{server.http_url}/v1/models/{model}:predict", content='{"inputs": ' + value + "}",
+                          timeout=10)
+    return httpx.post(f"{server.http_url}/predictions/{model}", content=value,
+                      headers={"content-type": "application/json"}, timeout=10)
+
+
 @pytest.fixture(scope="module")
 def grpc_client(server: ServerProcess) -> tc.InferenceServerClient:
     return tc.InferenceServerClient(server.grpc_address)
@@ -98,24 +108,14 @@ def test_a_huge_error_message_reaches_a_stock_grpc_client_readable(grpc_client: 
 @pytest.mark.parametrize("route", ["tfserving", "torchserve"])
 def test_deeply_nested_bytes_values_are_400(server: ServerProcess, route: str) -> None:
     """Regression: unwrapping {"b64": ...} recursed once per level, a RecursionError (500) at ~900 levels."""
-    value = "[" * 950 + '{"b64": "AAAA"}' + "]" * 950
-    if route == "tfserving":
-        r = httpx.post(f"{server.http_url}/v1/models/echo_bytes:predict", content='{"inputs": ' + value + "}")
-    else:
-        r = httpx.post(f"{server.http_url}/predictions/echo_bytes", content=value,
-                       headers={"content-type": "application/json"})
+    r = _compat_predict(server, route, "echo_bytes", "[" * 950 + '{"b64": "AAAA"}' + "]" * 950)
     assert r.status_code == 400, r.text
     assert "nest more than" in r.text
 
 
 @pytest.mark.parametrize("route", ["tfserving", "torchserve"])
 def test_compat_shapes_over_the_element_limit_are_400(server: ServerProcess, route: str) -> None:
-    value = "[" * 33 + "1" + "]" * 33
-    if route == "tfserving":
-        r = httpx.post(f"{server.http_url}/v1/models/echo_fp32:predict", content='{"inputs": ' + value + "}")
-    else:
-        r = httpx.post(f"{server.http_url}/predictions/echo_fp32", content=value,
-                       headers={"content-type": "application/json"})
+    r = _compat_predict(server, route, "echo_fp32", "[" * 33 + "1" + "]" * 33)
     assert r.status_code == 400, r.text
     assert "33 dimensions; the limit is 32" in r.text
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import struct
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -12,6 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
+from harness.load import RequestLoop
 from harness.servers import MAX_BODY_BYTES, ServerProcess
 
 SIMPLE_OK = orjson.dumps(
@@ -24,50 +23,23 @@ SIMPLE_OK = orjson.dumps(
 )
 
 
-class BackgroundClient:
-    """Sends valid requests in a loop (bounded in count and time) and records every status."""
-
-    def __init__(self, url: str, max_requests: int = 5000, max_s: float = 60.0) -> None:
-        self.url = url
-        self.statuses: list[int] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._limits = (max_requests, max_s)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        max_requests, max_s = self._limits
-        deadline = time.monotonic() + max_s
-        with httpx.Client(timeout=10.0) as client:
-            while not self._stop.is_set() and len(self.statuses) < max_requests and time.monotonic() < deadline:
-                try:
-                    r = client.post(f"{self.url}/v2/models/simple/infer", content=SIMPLE_OK)
-                    self.statuses.append(r.status_code)
-                    if r.status_code != 200 or r.json()["outputs"][0]["data"][:2] != [1, 2]:
-                        self.errors.append(r.text[:200])
-                except httpx.HTTPError as exc:
-                    self.errors.append(repr(exc))
-
-    def __enter__(self) -> BackgroundClient:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
+def _simple_answered(r: httpx.Response) -> bool:
+    return r.status_code == 200 and r.json()["outputs"][0]["data"][:2] == [1, 2]
 
 
 @pytest.fixture(scope="module")
-def background(server: ServerProcess) -> Iterator[BackgroundClient]:
-    with BackgroundClient(server.http_url) as bg:
+def background(server: ServerProcess) -> Iterator[RequestLoop]:
+    """Valid ``simple`` requests in a loop (at most 5000, for at most 60 s) while the module's tests run."""
+    url = f"{server.http_url}/v2/models/simple/infer"
+    with RequestLoop(url, SIMPLE_OK, ok=_simple_answered, max_requests=5000, max_s=60.0, timeout_s=10.0) as bg:
         yield bg
     assert bg.statuses, "the background client sent nothing"
-    assert not bg.errors, bg.errors[:3]
+    assert not bg.failures, bg.failures[:3]
     assert set(bg.statuses) == {200}
 
 
 @pytest.fixture(scope="module")
-def http(server: ServerProcess, background: BackgroundClient) -> Iterator[httpx.Client]:
+def http(server: ServerProcess, background: RequestLoop) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.http_url, timeout=10.0) as client:
         yield client
 
@@ -214,7 +186,7 @@ def test_raw_binary_request(http: httpx.Client) -> None:
     _expect(r, 400, "exactly one input")
 
 
-def test_server_still_ready_after_bad_requests(http: httpx.Client, background: BackgroundClient) -> None:
+def test_server_still_ready_after_bad_requests(http: httpx.Client, background: RequestLoop) -> None:
     assert http.get("/v2/health/ready").status_code == 200
     assert len(background.statuses) > 0
 

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis.generation.modes import GenerationMode
 
-from harness.servers import ServerProcess
+from harness.servers import ServerProcess, stopping
 
 SPECS = Path(__file__).parent / "specs"
 MODELS = ["simple", "classify", "echo_fp32", "echo_int8", "echo_bool", "echo_bf16", "echo_bytes", "mlp_onnx", "nope"]
@@ -152,13 +152,9 @@ def test_generated_torchserve_inference_requests_never_5xx(server: ServerProcess
 
 @pytest.fixture
 def managed_server(server_factory: Any) -> Iterator[ServerProcess]:
-    server = server_factory("torchserve-management-fuzz", "--model-control-mode", "explicit",
-                            *[arg for name in MANAGED[:-1] for arg in ("--load-model", name)])
-    try:
+    with stopping(server_factory("torchserve-management-fuzz", "--model-control-mode", "explicit",
+                                 *[arg for name in MANAGED[:-1] for arg in ("--load-model", name)])) as server:
         yield server
-    finally:
-        code = server.stop()
-    assert code == 0, f"server exited with {code}:\n{server.log_tail()}"
 
 
 def test_generated_torchserve_management_requests_never_5xx(managed_server: ServerProcess) -> None:

@@ -7,7 +7,6 @@ UNSUPPORTED while its status and unregister answer (Triton's examples call them 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -21,6 +20,7 @@ from tritonclient.utils import InferenceServerException, serialize_byte_tensor, 
 
 from harness.clients import infer_input
 from harness.servers import ServerProcess
+from harness.shm import ClientRegions
 
 PROTOCOLS = {"http": (httpclient, "http_address"), "grpc": (grpcclient, "grpc_address")}
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -37,28 +37,11 @@ def client(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[tu
         c.unregister_system_shared_memory()
 
 
-class Regions:
-    """POSIX shared-memory objects of one test (unique keys), destroyed at the end."""
-
-    def __init__(self) -> None:
-        self.handles: list[Any] = []
-        self.tag = uuid.uuid4().hex[:10]
-
-    def create(self, name: str, size: int) -> tuple[Any, str]:
-        key = f"/servelab-it-{self.tag}-{name}"
-        self.handles.append(client_shm.create_shared_memory_region(f"{self.tag}-{name}", key, size))
-        return self.handles[-1], key
-
-    def close(self) -> None:
-        for h in self.handles:
-            client_shm.destroy_shared_memory_region(h)
-
-
 @pytest.fixture
-def regions() -> Iterator[Regions]:
-    r = Regions()
-    yield r
-    r.close()
+def regions() -> Iterator[ClientRegions]:
+    """This test's shared-memory objects (unique keys), destroyed at its end."""
+    with ClientRegions("it") as r:
+        yield r
 
 
 def _simple_request(module: ModuleType, in_region: str, out_region: str) -> tuple[list[Any], list[Any]]:
@@ -71,7 +54,7 @@ def _simple_request(module: ModuleType, in_region: str, out_region: str) -> tupl
     return inputs, outputs
 
 
-def test_inputs_and_outputs_in_shared_memory(client: tuple[ModuleType, Any], regions: Regions) -> None:
+def test_inputs_and_outputs_in_shared_memory(client: tuple[ModuleType, Any], regions: ClientRegions) -> None:
     module, c = client
     h_in, k_in = regions.create("in", 2 * NBYTES)
     h_out, k_out = regions.create("out", 2 * NBYTES)
@@ -104,7 +87,7 @@ def test_inputs_and_outputs_in_shared_memory(client: tuple[ModuleType, Any], reg
         c.get_system_shared_memory_status("in")
 
 
-def test_bytes_tensors_in_shared_memory(client: tuple[ModuleType, Any], regions: Regions) -> None:
+def test_bytes_tensors_in_shared_memory(client: tuple[ModuleType, Any], regions: ClientRegions) -> None:
     module, c = client
     words = np.array([[b"one", b"", "zwölf".encode(), b"\x00\xff"]], dtype=object)
     raw = serialize_byte_tensor(words)
@@ -122,7 +105,7 @@ def test_bytes_tensors_in_shared_memory(client: tuple[ModuleType, Any], regions:
     assert client_shm.get_contents_as_numpy(h_out, np.object_, [1, 4]).tolist() == words.tolist()
 
 
-def test_a_region_registered_over_http_serves_grpc(server: ServerProcess, regions: Regions) -> None:
+def test_a_region_registered_over_http_serves_grpc(server: ServerProcess, regions: ClientRegions) -> None:
     h, key = regions.create("both", 4 * NBYTES)
     client_shm.set_shared_memory_region(h, [A, B])
     with httpclient.InferenceServerClient(server.http_address) as http, \
@@ -140,7 +123,7 @@ def test_a_region_registered_over_http_serves_grpc(server: ServerProcess, region
         assert http.get_system_shared_memory_status() == []
 
 
-def test_bad_regions_and_slices_are_refused_with_triton_texts(client: tuple[ModuleType, Any], regions: Regions) -> None:
+def test_bad_regions_and_slices_are_refused_with_triton_texts(client: tuple[ModuleType, Any], regions: ClientRegions) -> None:
     module, c = client
     _, key = regions.create("bad", 2 * NBYTES)
     with pytest.raises(InferenceServerException, match="Unable to open shared memory region: '/servelab-no-such"):

@@ -30,6 +30,8 @@ from tfserving_harness import (
     models_config,
 )
 
+from harness.servers import stopping
+
 tf = pytest.importorskip("tensorflow")
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("tensorflow_serving", reason="pip install --no-deps tensorflow-serving-api (the Makefile does)")
@@ -85,12 +87,9 @@ def reference(store: Path) -> Reference:
 @pytest.fixture(scope="module")
 def server(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TfServingServer]:
     flags = ["--batching-parameters-file", str(store / "batching.config"), "--file-system-poll-wait-seconds", "1"]
-    s = TfServingServer(store / "models.config", tmp_path_factory.mktemp("logs") / "tfserving.log", flags).start()
-    try:
+    with stopping(TfServingServer(store / "models.config", tmp_path_factory.mktemp("logs") / "tfserving.log",
+                                  flags).start()) as s:
         yield s
-    finally:
-        code = s.stop()
-    assert code == 0, f"server exited with {code}:\n{s.log_tail()}"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from google.protobuf import text_format
 from tfserving_harness import BATCHING, Reference, build_saved_model, example, models_config
 
-from harness.servers import ServerProcess, running_server
+from harness.servers import ServerProcess, server_fixture
 from servelab.protocol import model_config_pb2 as mc
 
 tf = pytest.importorskip("tensorflow")
@@ -52,10 +51,7 @@ def imported(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def server(imported: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(imported, tmp_path_factory.mktemp("logs"), "imported") as s:
-        yield s
+server = server_fixture("imported", "imported")
 
 
 @pytest.fixture(scope="module")

@@ -24,17 +24,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
-from trust_harness import (
-    CUSTOM_MODULE,
-    LABELS,
-    OpenWatch,
-    TrustLayout,
-    build_trust_layout,
-    identity_onnx_bytes,
-    override,
-)
+from trust_harness import CUSTOM_MODULE, OpenWatch, TrustLayout, build_trust_layout
 
-from harness.servers import ServerProcess
+from harness.ident import LABELS, ident_onnx_bytes
+from harness.ident import ident_override as override
+from harness.servers import ServerProcess, running_server
 
 X = np.array([[0.1, 0.9, 0.3, 0.2]], np.float32)
 NAME_RULE = "must not be empty or '.', and must contain no '/', no '..' and no NUL"
@@ -48,15 +42,10 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> TrustLayout:
 @contextlib.contextmanager
 def _server(layout: TrustLayout, log_dir: Path, name: str, *flags: str) -> Iterator[ServerProcess]:
     """A server in explicit mode with ``ident`` loaded and the custom backend module importable."""
+    pythonpath = os.pathsep.join(p for p in (str(layout.custom), os.environ.get("PYTHONPATH")) if p)
     args = ["--model-control-mode", "explicit", "--load-model", "ident", *flags]
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(layout.custom), os.environ.get("PYTHONPATH")) if p))
-        server = ServerProcess(layout.repo, log_dir / f"{name}.log", args).start()
-    try:
+    with running_server(layout.repo, log_dir, name, *args, env={"PYTHONPATH": pythonpath}) as server:
         yield server
-    finally:
-        code = server.stop()
-    assert code == 0, f"server {name} exited with {code}:\n{server.log_tail()}"
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +252,7 @@ def _upload_keys(layout: TrustLayout) -> list[str]:
 def test_rest_uploads_with_paths_out_of_the_model_folder_are_refused(
     http: httpx.Client, layout: TrustLayout, watch: OpenWatch
 ) -> None:
-    model = base64.b64encode(identity_onnx_bytes()).decode()
+    model = base64.b64encode(ident_onnx_bytes()).decode()
     for key in _upload_keys(layout):
         planted = base64.b64encode(b"planted").decode()
         params = {"config": json.dumps(override()), "file:1/model.onnx": model, f"file:{key}": planted}
@@ -283,7 +272,7 @@ def test_grpc_uploads_with_paths_out_of_the_model_folder_are_refused(
 ) -> None:
     client = grpcclient.InferenceServerClient(guarded.grpc_address)
     for key in _upload_keys(layout):
-        files = {"file:1/model.onnx": identity_onnx_bytes(), f"file:{key}": b"planted"}
+        files = {"file:1/model.onnx": ident_onnx_bytes(), f"file:{key}": b"planted"}
         with watch.nothing_touched(), pytest.raises(InferenceServerException) as info:
             client.load_model("ident", config=json.dumps(override()), files=files)
         assert info.value.status() == "StatusCode.INVALID_ARGUMENT" and f"'file:{key}'" in info.value.message()
@@ -300,7 +289,7 @@ def _classify(client: httpclient.InferenceServerClient, name: str = "ident") -> 
 def test_an_upload_serves_while_loaded_and_is_removed_on_unload(guarded: ServerProcess) -> None:
     client = httpclient.InferenceServerClient(guarded.http_address)
     labelled = override(output=[{"name": "y", "data_type": "TYPE_FP32", "dims": [4], "label_filename": "labels.txt"}])
-    files = {"file:1/model.onnx": identity_onnx_bytes(), "file:labels.txt": b"up0\nup1\nup2\nup3\n"}
+    files = {"file:1/model.onnx": ident_onnx_bytes(), "file:labels.txt": b"up0\nup1\nup2\nup3\n"}
     client.load_model("spare", config=json.dumps(labelled), files=files)
     try:
         assert _classify(client, "spare") == "0.900000:1:up1"

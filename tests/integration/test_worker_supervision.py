@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
+from harness.models import XY, pid_py, unary_onnx
+from harness.repository import pid_model, write_config
 from harness.servers import ServerProcess, running_server
 
 REQUEST_TIMEOUT_S = 2.0
@@ -28,42 +28,10 @@ KILL_TIMEOUT_S = 2.0
 RESTART_BACKOFF_S = 3.0  # long enough to see the model not ready before the worker is back
 MAX_WORKERS = 2
 
-HANG = '''
-import os
-import threading
-
-import numpy as np
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = r.get("x")
-            if float(x.reshape(-1)[0]) > 0:
-                threading.Event().wait()  # a call that never returns
-            out.append({"y": x, "pid": np.array([os.getpid()], np.int64)})
-        return out
-'''
-
-
 def _build(repo: Path) -> Path:
-    (repo / "hang" / "1").mkdir(parents=True)
-    (repo / "hang" / "1" / "model.py").write_text(HANG)
-    (repo / "hang" / "config.pbtxt").write_text(
-        'name: "hang"\nbackend: "python"\nmax_batch_size: 0\n'
-        'input [{ name: "x" data_type: TYPE_FP32 dims: [1] }]\n'
-        'output [{ name: "y" data_type: TYPE_FP32 dims: [1] }, { name: "pid" data_type: TYPE_INT64 dims: [1] }]\n'
-    )
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"])], "fast",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-    )
-    (repo / "fast" / "1").mkdir(parents=True)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9),
-              repo / "fast" / "1" / "model.onnx")
-    (repo / "fast" / "config.pbtxt").write_text('name: "fast"\nbackend: "onnxruntime"\nmax_batch_size: 8\n')
+    pid_model(repo, "hang", pid_py(hang_on_positive=True), [1], max_batch_size=0)
+    unary_onnx(repo / "fast" / "1" / "model.onnx", io=XY)
+    write_config(repo / "fast", 'name: "fast"\nbackend: "onnxruntime"\nmax_batch_size: 8\n')
     settings = {"workers": {"kill_timeout_s": KILL_TIMEOUT_S, "restart_backoff_s": RESTART_BACKOFF_S,
                             "max_workers_per_model": MAX_WORKERS}}
     (repo.parent / "settings.json").write_text(json.dumps(settings))

@@ -17,11 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from onnx import TensorProto, helper
+from harness.ident import IDENT_CONFIG, ident_model, ident_onnx_bytes
 
-__all__ = ["LABELS", "OpenWatch", "TrustLayout", "build_trust_layout", "identity_onnx_bytes", "override"]
+__all__ = ["CUSTOM_MODULE", "OpenWatch", "TrustLayout", "build_trust_layout"]
 
-LABELS = ["a", "b", "c", "d"]
 _IN_ACCESS, _IN_MODIFY, _IN_CLOSE_WRITE, _IN_OPEN = 0x1, 0x2, 0x8, 0x20
 _IN_MOVED_TO, _IN_CREATE, _IN_DELETE, _IN_ISDIR = 0x80, 0x100, 0x200, 0x40000000
 _MASK = _IN_ACCESS | _IN_MODIFY | _IN_CLOSE_WRITE | _IN_OPEN | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
@@ -78,30 +77,6 @@ class OpenWatch:
         os.close(self._fd)
 
 
-def identity_onnx_bytes() -> bytes:
-    """FP32 [batch, 4] identity x -> y."""
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"])],
-        "identity",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    return model.SerializeToString()
-
-
-def override(**fields: object) -> dict[str, object]:
-    """A complete ModelConfig (JSON form) for the identity model, with ``fields`` replaced."""
-    config: dict[str, object] = {
-        "backend": "onnxruntime",
-        "max_batch_size": 4,
-        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}],
-        "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [4]}],
-    }
-    config.update(fields)
-    return config
-
-
 @dataclass(frozen=True)
 class TrustLayout:
     repo: Path
@@ -126,23 +101,14 @@ Path({marker!r}).write_text("imported")
 class Echo(OnnxRuntimeBackend):
     pass
 '''
-_CONFIG = """\
-backend: "onnxruntime"
-max_batch_size: 4
-input [ { name: "x", data_type: TYPE_FP32, dims: [4] } ]
-output [ { name: "y", data_type: TYPE_FP32, dims: [4], label_filename: "labels.txt" } ]
-"""
 
 
 def build_trust_layout(root: Path) -> TrustLayout:
     """``root/models`` (the repository), ``root/outside`` (watched) and ``root/custom`` (importable)."""
     repo, outside, custom = root / "models", root / "outside", root / "custom"
-    model = identity_onnx_bytes()
+    model = ident_onnx_bytes()
     for name in ("ident", "spare"):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.onnx").write_bytes(model)
-        (repo / name / "config.pbtxt").write_text(_CONFIG)
-        (repo / name / "labels.txt").write_text("\n".join(LABELS) + "\n")
+        ident_model(repo, name)
     (outside / "graph").mkdir(parents=True)
     (outside / "model.onnx").write_bytes(model)
     (outside / "labels.txt").write_text("stolen0\nstolen1\nstolen2\nstolen3\n")
@@ -155,7 +121,7 @@ def build_trust_layout(root: Path) -> TrustLayout:
     (repo / "ident" / "graph_link").symlink_to(outside / "graph")
     (repo / "linked" / "1").mkdir(parents=True)
     (repo / "linked" / "1" / "model.onnx").symlink_to(outside / "model.onnx")
-    (repo / "linked" / "config.pbtxt").write_text(_CONFIG.replace(', label_filename: "labels.txt"', ""))
+    (repo / "linked" / "config.pbtxt").write_text(IDENT_CONFIG.replace(', label_filename: "labels.txt"', ""))
     (repo / "escaped").mkdir()
     (repo / "escaped" / "1").symlink_to(outside, target_is_directory=True)
     custom.mkdir()

@@ -11,17 +11,23 @@ Only the standard library is imported here: scripts call it after measuring, tes
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from servelab.errors import InvalidArgument
 
-__all__ = ["begin_marker", "end_marker", "markdown_table", "read_section", "section_names", "write_section"]
+__all__ = [
+    "add_results_md_options", "begin_marker", "end_marker", "markdown_table", "read_section", "section_names",
+    "write_results", "write_section",
+]  # fmt: skip
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _BEGIN_LINE = re.compile(r"^<!-- BEGIN (\S+) -->[ \t\r]*$", re.MULTILINE)
@@ -101,6 +107,25 @@ def write_section(path: str | Path, name: str, markdown: str) -> None:
         new = text[: span[0]] + body + text[span[1] :]
     if new != text or not path.exists():
         _replace(path, new.encode("utf-8"))
+
+
+def add_results_md_options(parser: argparse.ArgumentParser, section: str, default: Path) -> None:
+    """The two options of every benchmark script: ``--results-md PATH`` (default ``default``), whose
+    section ``section`` the script rewrites, and ``--no-results-md``, which leaves it alone (``None``)."""
+    parser.add_argument("--results-md", type=Path, default=default, help=f"rewrite its section {section!r}")
+    parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
+
+
+def write_results(doc: dict[str, Any], out: Path, results_md: Path | None, section: str,
+                  render: Callable[[dict[str, Any]], str]) -> None:
+    """What a benchmark script writes when it has measured: ``doc`` as JSON to ``out`` (its folder created)
+    and, unless ``results_md`` is None, section ``section`` of it as ``render(doc)``; says each on stdout."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {out}")
+    if results_md is not None:
+        write_section(results_md, section, render(doc))
+        print(f"wrote section {section!r} of {results_md}")
 
 
 def _replace(path: Path, data: bytes) -> None:

@@ -24,8 +24,8 @@ from batching_testutil import (
 
 from harness.data import weights
 from harness.gates import ThreadGate
-from harness.models import XY, write_python_model
-from harness.repository import dense_model, write_config
+from harness.models import XY, pid_py
+from harness.repository import dense_model, pid_model
 from servelab.backends.base import Backend
 from servelab.core.batching import DynamicBatcher, make_scheduler
 from servelab.core.scheduling import DirectScheduler
@@ -152,29 +152,8 @@ def test_onnx_instance_group_with_dynamic_batching_through_the_engine(tmp_path: 
         assert s["inference_stats"]["success"]["count"] == 32
 
 
-PID_MODEL = '''
-import os
-import numpy as np
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = r.get("x")
-            out.append({"y": x * 2, "pid": np.full((len(x), 1), os.getpid(), dtype=np.int64)})
-        return out
-'''
-
-
 def test_python_backend_instances_run_in_worker_processes(tmp_path: Path) -> None:
-    write_python_model(tmp_path / "py", PID_MODEL)
-    write_config(tmp_path / "py",
-        'name: "py"\nbackend: "python"\nmax_batch_size: 8\n'
-        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
-        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }, { name: "pid" data_type: TYPE_INT64 dims: [1] }]\n'
-        "instance_group [{ count: 2 kind: KIND_CPU }]\n"
-    )
+    pid_model(tmp_path, "py", pid_py(2), [4], extra="instance_group [{ count: 2 kind: KIND_CPU }]\n")
     with Engine(tmp_path) as engine:
         lv = engine.dataplane.router.resolve("py")
         workers = [b for b in lv.instances if isinstance(b, WorkerInstance)]

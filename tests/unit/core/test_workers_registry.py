@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from harness.data import weights
-from harness.models import XY
-from harness.repository import dense_model
+from harness.models import XY, pid_py
+from harness.repository import dense_model, pid_model
 from servelab.config.settings import ControlMode, WorkerSettings
 from servelab.core.dataplane import DataPlane
 from servelab.core.registry import ModelRegistry
@@ -22,32 +22,11 @@ from servelab.engine import Engine
 from servelab.errors import Unavailable
 from servelab.repository import ModelRepository
 
-COUNTING = '''
-import os
-import numpy as np
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        with open(os.path.join(args["model_repository"], "loads.txt"), "a") as f:
-            f.write(f"{os.getpid()}\\n")
-
-    def execute(self, requests):
-        return [{"y": r.get("x") * 2, "pid": np.full((len(r.get("x")), 1), os.getpid(), np.int64)}
-                for r in requests]
-'''
-
 
 def _python_model(repo: Path, name: str, count: int = 1) -> Path:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(COUNTING)
-    (repo / name / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
-        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
-        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }, { name: "pid" data_type: TYPE_INT64 dims: [1] }]\n'
-        f"instance_group [{{ count: {count} kind: KIND_CPU }}]\n"
-    )
-    return repo / name
+    """y = 2x and its pid, ``count`` instances; each load appends its pid to <model folder>/loads.txt."""
+    return pid_model(repo, name, pid_py(2, log_loads=True), [4],
+                     extra=f"instance_group [{{ count: {count} kind: KIND_CPU }}]\n")
 
 
 def _onnx_model(repo: Path, name: str) -> None:

@@ -17,14 +17,19 @@ from servelab.errors import InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
 
 
-class EchoBackend(Backend):
-    """Returns every input as the output of the same name (holds the GIL: a worker by default)."""
+class _InWorker(Backend):
+    """A backend that holds the GIL (so it runs in a worker process by default) and has nothing to load."""
 
-    kind: ClassVar[str] = "echo"
     releases_gil: ClassVar[bool] = False
 
     def load(self) -> None:
         pass
+
+
+class EchoBackend(_InWorker):
+    """Returns every input as the output of the same name."""
+
+    kind: ClassVar[str] = "echo"
 
     def infer(self, inputs: Inputs) -> Outputs:
         if "BAD" in inputs:
@@ -32,14 +37,10 @@ class EchoBackend(Backend):
         return {name: np.array(a, copy=True) for name, a in inputs.items()}
 
 
-class SleepBackend(Backend):
+class SleepBackend(_InWorker):
     """Sleeps ``x[0]`` seconds, then answers y = x and its pid: a slow or (for 1e6 s) hung model."""
 
     kind: ClassVar[str] = "sleep"
-    releases_gil: ClassVar[bool] = False
-
-    def load(self) -> None:
-        pass
 
     def infer(self, inputs: Inputs) -> Outputs:
         x = inputs["x"]
@@ -47,11 +48,10 @@ class SleepBackend(Backend):
         return {"y": x.copy(), "pid": np.array([os.getpid()], np.int64)}
 
 
-class CallingBackend(Backend):
+class CallingBackend(_InWorker):
     """Asks the server (``ctx.infer``) to run model ``inner`` on its input, as a BLS model would."""
 
     kind: ClassVar[str] = "calling"
-    releases_gil: ClassVar[bool] = False
 
     def load(self) -> None:
         assert self.ctx.infer is not None, "a worker's context has the server's infer"

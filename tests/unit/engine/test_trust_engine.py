@@ -13,44 +13,24 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from harness.ident import ident_model, ident_onnx_bytes, ident_override
 from harness.models import unary_onnx
-from harness.repository import write_config
 from servelab import Engine
 from servelab.errors import InvalidArgument, NotFound, ServelabError
 from servelab.types import InferRequest, RequestedOutput, Tensor
 
 X = np.array([[0.1, 0.9, 0.3, 0.2]], np.float32)
-CONFIG = """
-    backend: "onnxruntime"
-    max_batch_size: 4
-    input [ { name: "x", data_type: TYPE_FP32, dims: [4] } ]
-    output [ { name: "y", data_type: TYPE_FP32, dims: [4], label_filename: "labels.txt" } ]
-"""
 
 
 def _override(**fields: object) -> str:
-    config: dict[str, object] = {
-        "backend": "onnxruntime",
-        "max_batch_size": 4,
-        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}],
-        "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [4]}],
-    }
-    config.update(fields)
-    return json.dumps(config)
-
-
-def _onnx_bytes(tmp_path: Path) -> bytes:
-    path = tmp_path / "scratch" / "model.onnx"
-    unary_onnx(path, io=("x", "y"))
-    return path.read_bytes()
+    """The JSON config of a load request: :func:`harness.ident.ident_override` of ``fields``."""
+    return json.dumps(ident_override(**fields))
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
-    unary_onnx(root / "ident" / "1" / "model.onnx", io=("x", "y"))
-    write_config(root / "ident", CONFIG)
-    (root / "ident" / "labels.txt").write_text("a\nb\nc\nd\n")
+    ident_model(root)
     return root
 
 
@@ -140,7 +120,7 @@ def test_uploaded_files_form_the_model_folder_while_it_serves(
     repo: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "servelab.repository")
-    files = {"1/model.onnx": _onnx_bytes(tmp_path), "labels.txt": b"up0\nup1\nup2\nup3\n"}
+    files = {"1/model.onnx": ident_onnx_bytes(), "labels.txt": b"up0\nup1\nup2\nup3\n"}
     labelled = _override(output=[{"name": "y", "data_type": "TYPE_FP32", "dims": [4], "label_filename": "labels.txt"}])
     with Engine(repo, load_models=[]) as engine:
         engine.dataplane.load_model("ident", labelled, files)
@@ -176,7 +156,7 @@ def test_upload_paths_leaving_the_model_folder_are_refused(repo: Path, tmp_path:
     outside = tmp_path / "outside"
     outside.mkdir()
     key = key.replace("{outside}", str(outside).lstrip("/"))
-    files = {"1/model.onnx": _onnx_bytes(tmp_path), key: b"planted"}
+    files = {"1/model.onnx": ident_onnx_bytes(), key: b"planted"}
     with Engine(repo, load_models=[]) as engine:
         with pytest.raises(InvalidArgument, match=r"parameter 'file:.*' (leads outside|is not allowed)") as info:
             engine.dataplane.load_model("ident", _override(), files)
@@ -190,7 +170,7 @@ def test_uploads_need_a_config_and_may_not_carry_code(repo: Path, tmp_path: Path
     python = _override(backend="python")
     with Engine(repo, load_models=[]) as engine:
         with pytest.raises(InvalidArgument, match="needs parameters.config"):
-            engine.dataplane.load_model("ident", None, {"1/model.onnx": _onnx_bytes(tmp_path)})
+            engine.dataplane.load_model("ident", None, {"1/model.onnx": ident_onnx_bytes()})
         with pytest.raises(InvalidArgument, match="runs code from its files"):
             engine.dataplane.load_model("ident", python, {"1/model.py": code})
         custom = _override(backend="servelab.backends.python:PythonBackend")

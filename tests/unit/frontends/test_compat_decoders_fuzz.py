@@ -7,26 +7,21 @@ errors may come out, within a bounded time, with fixed seeds.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.config.settings import LimitSettings
+from harness.fuzz import FUZZ, decodes_or_refuses
+from harness.fuzz import FUZZ_LIMITS as LIMITS
 from servelab.errors import ServelabError
 from servelab.frontends.rest import tfserving
 from servelab.frontends.tfserving.catalog import InputView, SignatureView
 from servelab.frontends.torchserve.tensors import decode_body as torchserve_decode
 from servelab.protocol import tfserving as tfs
 from servelab.types import DataType
-
-LIMITS = LimitSettings(max_tensor_elements=4096, max_tensor_rank=6)
-FUZZ = settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-SLOW_S = 1.0
 
 leaves = st.one_of(
     st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.booleans(), st.none(), st.text(max_size=4),
@@ -70,25 +65,18 @@ def _signature(meta: dict[str, Any]) -> SignatureView:
     return SignatureView("serving_default", "m", tfs.meta_graph_pb2.SignatureDef(), inputs, False)
 
 
-def _decodes_or_refuses(fn: Any, *args: Any) -> None:
-    started = time.perf_counter()
-    with contextlib.suppress(ServelabError):
-        fn(*args)
-    assert time.perf_counter() - started < SLOW_S
-
-
 @FUZZ
 @given(data=st.data())
 def test_tfserving_predict_bodies_decode_or_refuse(data: st.DataObject) -> None:
     meta = data.draw(metas())
-    _decodes_or_refuses(tfserving._decode_predict, data.draw(bodies(meta)), _signature(meta), LIMITS)
+    decodes_or_refuses(tfserving._decode_predict, data.draw(bodies(meta)), _signature(meta), LIMITS)
 
 
 @FUZZ
 @given(data=st.data(), content_type=st.sampled_from(["application/json", "", "application/octet-stream"]))
 def test_torchserve_prediction_bodies_decode_or_refuse(data: st.DataObject, content_type: str) -> None:
     meta = data.draw(metas())
-    _decodes_or_refuses(torchserve_decode, data.draw(bodies(meta)), content_type, meta, "m", LIMITS)
+    decodes_or_refuses(torchserve_decode, data.draw(bodies(meta)), content_type, meta, "m", LIMITS)
 
 
 @pytest.mark.parametrize("depth", [40, 900, 3000])

@@ -7,27 +7,21 @@ another exception (which the server would answer 500), and within a bounded time
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import time
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.config.settings import LimitSettings
+from harness.fuzz import FUZZ, decodes_or_refuses
+from harness.fuzz import FUZZ_LIMITS as LIMITS
 from servelab.errors import ServelabError
 from servelab.frontends.rest._oip_codec import decode_body, raw_request
 from servelab.types import DataType
-
-LIMITS = LimitSettings(max_tensor_elements=4096, max_tensor_rank=6)
-FUZZ = settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-#: one decode of these small bodies takes microseconds; a second means a pathological path
-SLOW_S = 1.0
 
 DATATYPES = [d.value for d in DataType] + ["FP8", "", "fp32", "TYPE_FP32"]
 scalars = st.one_of(
@@ -107,14 +101,7 @@ def test_near_valid_requests_decode_or_refuse(data: st.DataObject, n: int, lengt
     items = [data.draw(near_valid_inputs(tail)) for _ in range(n)]
     head = json.dumps({"inputs": items}).encode()
     length = str(len(head) + (1 if length_kind == "off" else 0))
-    _decodes_or_refuses(decode_body, head + b"".join(tail), length if tail else None, "m", "", LIMITS)
-
-
-def _decodes_or_refuses(fn: Any, *args: Any) -> None:
-    started = time.perf_counter()
-    with contextlib.suppress(ServelabError):
-        fn(*args)
-    assert time.perf_counter() - started < SLOW_S
+    decodes_or_refuses(decode_body, head + b"".join(tail), length if tail else None, "m", "", LIMITS)
 
 
 @FUZZ
@@ -122,13 +109,13 @@ def _decodes_or_refuses(fn: Any, *args: Any) -> None:
 def test_structured_requests_decode_or_refuse(header: Any, tail: bytes, length_kind: str) -> None:
     head = json.dumps(header).encode()  # stdlib: integers past 64 bits too
     length = {"exact": str(len(head)), "none": None, "junk": "12x", "off": str(len(head) + len(tail) + 1)}[length_kind]
-    _decodes_or_refuses(decode_body, head + tail, length, "m", "", LIMITS)
+    decodes_or_refuses(decode_body, head + tail, length, "m", "", LIMITS)
 
 
 @FUZZ
 @given(body=st.binary(max_size=256), length=st.one_of(st.none(), st.integers(-5, 300).map(str), st.text(max_size=4)))
 def test_arbitrary_bytes_decode_or_refuse(body: bytes, length: str | None) -> None:
-    _decodes_or_refuses(decode_body, body, length, "m", "", LIMITS)
+    decodes_or_refuses(decode_body, body, length, "m", "", LIMITS)
 
 
 @FUZZ
@@ -139,7 +126,7 @@ def test_arbitrary_bytes_decode_or_refuse(body: bytes, length: str | None) -> No
 )
 def test_raw_binary_requests_decode_or_refuse(body: bytes, datatype: str, shape: list[int]) -> None:
     metadata = {"inputs": [{"name": "IN", "datatype": datatype, "shape": shape}]}
-    _decodes_or_refuses(raw_request, body, metadata, "m", "", LIMITS)
+    decodes_or_refuses(raw_request, body, metadata, "m", "", LIMITS)
 
 
 def test_binary_data_size_past_the_body_is_refused() -> None:

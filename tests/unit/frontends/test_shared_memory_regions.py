@@ -17,6 +17,7 @@ import pytest
 import tritonclient.utils.shared_memory as client_shm
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, serialized_byte_size
 
+from harness.shm import ClientRegions
 from servelab.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
 from servelab.frontends.shared_memory import (
     RegionSlice,
@@ -31,15 +32,20 @@ SIZE = 256
 
 
 @pytest.fixture
-def key() -> str:
-    return f"/servelab-unit-{uuid.uuid4().hex[:12]}"
+def made() -> Iterator[tuple[Any, str]]:
+    """One client-made POSIX shared-memory object of SIZE bytes: (tritonclient's handle, its key)."""
+    with ClientRegions("unit") as objects:
+        yield objects.create("r", SIZE)
 
 
 @pytest.fixture
-def handle(key: str) -> Iterator[Any]:
-    h = client_shm.create_shared_memory_region("unit", key, SIZE)
-    yield h
-    client_shm.destroy_shared_memory_region(h)
+def handle(made: tuple[Any, str]) -> Any:
+    return made[0]
+
+
+@pytest.fixture
+def key(made: tuple[Any, str]) -> str:
+    return made[1]
 
 
 @pytest.fixture

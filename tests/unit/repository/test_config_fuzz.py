@@ -13,16 +13,16 @@ import json
 import time
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.fuzz import SLOW_S, fuzz_settings
 from servelab.core.validation import Signature
 from servelab.errors import ServelabError
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository.config import config_from_json, parse_config_text, read_config
 
-FUZZ = settings(max_examples=500, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-SLOW_S = 1.0
+FUZZ = fuzz_settings(max_examples=500)
 
 WORDS = [
     "name", "platform", "backend", "max_batch_size", "input", "output", "data_type", "dims", "reshape", "shape",

@@ -7,12 +7,11 @@ over OIP REST (binary tensor extension) or gRPC, exactly as it would to any othe
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from servelab.bench.net import HOST, free_ports
 from servelab.bench.peers.base import Endpoint, ModelArtefacts, Peer
+from servelab.bench.serverproc import ServePorts, serve_argv
 from servelab.errors import InvalidArgument
 
 __all__ = ["ServelabPeer"]
@@ -47,18 +46,12 @@ class ServelabPeer(Peer):
         self.artefacts = artefacts
 
     def start(self) -> Endpoint:
-        http, grpc, metrics, management = free_ports(4)
-        argv = [
-            sys.executable, "-m", "servelab.cli", "serve", str(self.repository),
-            "--host", HOST, "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-            "--management-port", str(management), "--model-control-mode", "explicit", "--load-model", self.model,
-            "--log-level", "warning", *self.extra_args,
-        ]  # fmt: skip
-        proc = self._launch(argv)
-        base = f"http://{HOST}:{http}"
+        ports = ServePorts.free()
+        flags = ("--model-control-mode", "explicit", "--load-model", self.model, "--log-level", "warning")
+        proc = self._launch(serve_argv(self.repository, ports, *flags, *self.extra_args))
+        base, grpc_url = ports.http_url, ports.grpc_address
         self._wait_http(f"{base}/v2/health/ready", 120.0)
         self._wait_http(f"{base}/v2/models/{self.model}/ready", 120.0)
-        grpc_url = f"{HOST}:{grpc}"
         url, kind = (grpc_url, "oip-grpc") if self.protocol == "grpc" else (base, "oip-http")
         return Endpoint(url=url, kind=kind, model=self.model, pid=proc.pid, binary=True,
-                        extra={"http": base, "grpc": grpc_url, "metrics": f"http://{HOST}:{metrics}"})  # fmt: skip
+                        extra={"http": base, "grpc": grpc_url, "metrics": ports.metrics_url})  # fmt: skip
