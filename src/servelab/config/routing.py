@@ -18,7 +18,8 @@ class RoutingSettings(BaseModel):
     )
     evaluate_every_s: float = Field(1.0, gt=0, description="How often the gates of running rollouts are evaluated.")
     shadow_threads: int = Field(
-        2, ge=1, le=64, description="Threads that run shadow copies: their own executor, apart from the primaries."
+        2, ge=1, le=64, description="Shadow copies run at once: drainer tasks on the event loop that take one "
+        "copy per loop turn after the ready requests (threads, for copies of in-process API calls)."
     )
     shadow_queue: int = Field(
         64, ge=1, description="Shadow copies waiting or running at once; past it new copies are shed (counted), the "

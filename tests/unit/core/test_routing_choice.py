@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -226,3 +228,40 @@ def test_at_100_percent_stable_s_last_window_stays_the_p99_baseline() -> None:
         rollout.candidate.record(True, 0.050)
     decision = rollout.evaluate(now=2.0)
     assert decision is not None and decision.action == "rollback" and "p99_ms" in decision.reason
+
+
+def test_on_an_event_loop_copies_run_on_that_loop_after_the_ready_requests() -> None:
+    """Copies from the servers' loop run there (no thread fighting the loop for the GIL), one per turn per
+    drainer, after the callbacks already ready; past the capacity they are shed; close drops the waiting."""
+    pool = ShadowPool(threads=1, capacity=3)
+    order: list[str] = []
+    loop_thread: list[int] = []
+
+    def in_thread() -> None:
+        raise AssertionError("a copy submitted on a loop must not run in the executor")
+
+    def copy(tag: str) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            loop_thread.append(threading.get_ident())
+            order.append(tag)
+        return run
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        assert pool.submit(in_thread, copy("c1")) and pool.submit(in_thread, copy("c2"))
+        loop.call_soon(order.append, "ready request")
+        assert pool.submit(in_thread, copy("c3"))
+        assert not pool.submit(in_thread, copy("c4"))  # full: shed at once
+        while pool.in_flight:
+            await asyncio.sleep(0)
+        assert pool.submit(in_thread, copy("c5"))
+        pool.close()
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    try:
+        asyncio.run(scenario())
+        assert order[0] == "ready request" and order[1:] == ["c1", "c2", "c3"]
+        assert set(loop_thread) == {threading.get_ident()} and pool.shed == 1 and pool.in_flight == 0
+    finally:
+        pool.close()

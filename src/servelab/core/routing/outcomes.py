@@ -103,20 +103,15 @@ class Outcomes:
 
     def _copy(self, comparison: Comparison, target: Target, inputs: Inputs, outputs: Outputs, primary_s: float,
               *, primary_is_reference: bool, rollout: Rollout | None = None) -> None:
-        def job() -> None:
-            try:
-                other = self._lookup(target)
-                t0 = time.perf_counter_ns()
-                answer = other.scheduler.run(inputs)
-                elapsed = time.perf_counter_ns() - t0
-                other.stats.record_request(True, elapsed)
-            except Exception as exc:  # the copy failed: counted, the client already has its answer
-                log.debug("shadow copy to %s failed: %s", target, exc)
-                comparison.record_failure()
-                if rollout is not None and rollout.state.shadow_step:
-                    rollout.candidate.record(False, None)
-                return
-            other_s = elapsed / 1e9
+        def failed(exc: Exception) -> None:  # the copy failed: counted, the client already has its answer
+            log.debug("shadow copy to %s failed: %s", target, exc)
+            comparison.record_failure()
+            if rollout is not None and rollout.state.shadow_step:
+                rollout.candidate.record(False, None)
+
+        def answered(other: LoadedVersion, answer: Outputs, elapsed_ns: int) -> None:
+            other.stats.record_request(True, elapsed_ns)
+            other_s = elapsed_ns / 1e9
             diff, agree, rows = compare_outputs(outputs, answer)
             reference_s, other_side_s = (primary_s, other_s) if primary_is_reference else (other_s, primary_s)
             comparison.record(diff, agree, rows, reference_s, other_side_s)
@@ -126,7 +121,27 @@ class Outcomes:
                 else:
                     rollout.stable.add_latency(other_s)
 
-        if not self.shadows.submit(job):
+        def job() -> None:  # in a thread: the in-process API's requests
+            try:
+                other = self._lookup(target)
+                t0 = time.perf_counter_ns()
+                answer = other.scheduler.run(inputs)
+            except Exception as exc:
+                failed(exc)
+                return
+            answered(other, answer, time.perf_counter_ns() - t0)
+
+        async def on_loop() -> None:  # on the servers' event loop, the way a request runs
+            try:
+                other = self._lookup(target)
+                t0 = time.perf_counter_ns()
+                answer = await other.scheduler.run_async(inputs)
+            except Exception as exc:
+                failed(exc)
+                return
+            answered(other, answer, time.perf_counter_ns() - t0)
+
+        if not self.shadows.submit(job, on_loop):
             comparison.record_shed()
 
     def stats(self, model: str, variant: str, lv: LoadedVersion) -> VariantStats:
