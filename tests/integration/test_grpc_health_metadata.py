@@ -127,3 +127,22 @@ def test_tritonclient_cuda_shared_memory_register_reports_unimplemented(grpc_cli
     with pytest.raises(InferenceServerException) as info:
         grpc_client.register_cuda_shared_memory("r", b"\0" * 64, 0, 64)
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+
+
+def test_server_name_triton_for_clients_that_check_it(server_factory: Any) -> None:
+    """Triton's own simple_*_health_metadata.py examples require the name 'triton': `--server-name` gives it
+    on both protocols; a name that is not one word is refused by the settings."""
+    import pydantic
+    import tritonclient.http as th
+
+    from servelab.config.settings import ServerSettings
+
+    server = server_factory("named", "--server-name", "triton")
+    try:
+        with tc.InferenceServerClient(server.grpc_address) as client:
+            assert client.get_server_metadata(as_json=True)["name"] == "triton"
+        assert th.InferenceServerClient(server.http_address).get_server_metadata()["name"] == "triton"
+    finally:
+        server.stop()
+    with pytest.raises(pydantic.ValidationError, match="server_name"):
+        ServerSettings(server_name="not one word")

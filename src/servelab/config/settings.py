@@ -74,6 +74,11 @@ class ServerSettings(BaseSettings):
     repository_poll_secs: float = Field(15.0, gt=0, description="Poll interval in poll mode.")
     exit_timeout_s: float = Field(30.0, ge=0, description="How long SIGTERM waits for in-flight requests.")
     strict_readiness: bool = Field(True, description="Ready only when every start-up model is READY.")
+    server_name: str = Field(
+        "servelab", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="The name server metadata gives (GET /v2, gRPC ServerMetadata); 'triton' for clients that check "
+        "for it, as Triton's own health/metadata examples do.",
+    )
     auto_complete_config: bool = Field(
         True,
         description="Complete configs from the model files (inputs, outputs, max_batch_size); Triton's "

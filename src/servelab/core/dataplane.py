@@ -66,8 +66,10 @@ class DataPlane:
         extensions: tuple[str, ...] = BASE_EXTENSIONS,
         strict_readiness: bool = True,
         routing: RoutingSettings | None = None,
+        server_name: str = SERVER_NAME,
     ) -> None:
         self.registry = registry
+        self.server_name = server_name
         #: the one place that picks a version (labels, splits, rollouts, shadows)
         self.router = Router(registry, routing)
         self.rollouts = RolloutControl(self.router)
@@ -103,7 +105,7 @@ class DataPlane:
         return True
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(self.extensions)}
+        return {"name": self.server_name, "version": SERVER_VERSION, "extensions": list(self.extensions)}
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:

@@ -111,6 +111,7 @@ class Server:
             self.registry,
             request_timeout_s=settings.limits.request_timeout_s,
             strict_readiness=settings.strict_readiness,
+            server_name=settings.server_name,
             routing=settings.routing,
         )
         #: system shared-memory regions clients register; one set for the REST and gRPC ports
