@@ -140,7 +140,11 @@ def results_markdown(doc: dict[str, Any]) -> str:
     """This script's section of RESULTS.md, from the JSON it wrote."""
     rows, settings = doc["rows"], doc["settings"]
     lines = [
-        f"Run as `python benchmarks/select_vs_exhaustive.py --rounds {settings['rounds']} --window-ms {settings['window_ms']}`.",
+        f"Run as `python benchmarks/select_vs_exhaustive.py --models {settings['models']} --rounds {settings['rounds']} "
+        f"--window-ms {settings['window_ms']} --instances {settings['instances']} --threads {settings['threads']} "
+        f"--front-doors {settings['front_doors']}`"
+        + ("" if (settings["instances"], settings["threads"], settings["front_doors"]) == ("1,2", "1,2", "rest,grpc")
+           else " (a reduced grid: the full one is `--instances 1,2 --threads 1,2 --front-doors rest,grpc`)") + ".",
         "",
         "Same converted artefacts and grid for both; ranked by the highest request rate with P99 within the SLA; rounds "
         "alternate which runs first. Bars: pick within 5% of the exhaustive best, at most 25% of the grid measured, "
