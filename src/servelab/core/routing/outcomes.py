@@ -27,6 +27,17 @@ __all__ = ["Outcomes", "Routed", "VariantStats"]
 
 log = logging.getLogger("servelab.routing")
 
+#: a version's serve times are judged by the P99 gate only after this many executions: a freshly loaded
+#: version pays for allocations and caches, and its scheduler runs it through a thread pool until it has
+#: learnt that it is fast enough to run inline (up to ~10x its warm time). Without this a good candidate
+#: was rolled back at the shadow step of benchmarks/soak.py (candidate P99 6.7 ms vs stable 0.2 ms).
+COLD_EXECUTIONS = 64
+
+
+def _warm(lv: LoadedVersion, serve_s: float | None) -> float | None:
+    """``serve_s``, or None (counted, not timed) while ``lv`` is still cold."""
+    return serve_s if lv.stats.execution_count >= COLD_EXECUTIONS else None
+
 
 @dataclass
 class VariantStats:
@@ -92,7 +103,7 @@ class Outcomes:
         if lv.name != state.model or lv.version not in (state.stable, state.candidate):
             return
         on_stable = lv.version == state.stable
-        (rollout.stable if on_stable else rollout.candidate).record(ok, serve_s)
+        (rollout.stable if on_stable else rollout.candidate).record(ok, _warm(lv, serve_s))
         comparison = rollout.comparison
         if not ok or outputs is None or serve_s is None or comparison is None:
             return
@@ -116,10 +127,11 @@ class Outcomes:
             reference_s, other_side_s = (primary_s, other_s) if primary_is_reference else (other_s, primary_s)
             comparison.record(diff, agree, rows, reference_s, other_side_s)
             if rollout is not None:
+                timed = _warm(other, other_s)
                 if rollout.state.shadow_step:
-                    rollout.candidate.record(True, other_s)
-                else:
-                    rollout.stable.add_latency(other_s)
+                    rollout.candidate.record(True, timed)
+                elif timed is not None:
+                    rollout.stable.add_latency(timed)
 
         def job() -> None:  # in a thread: the in-process API's requests
             try:
