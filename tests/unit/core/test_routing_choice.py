@@ -265,3 +265,19 @@ def test_on_an_event_loop_copies_run_on_that_loop_after_the_ready_requests() -> 
         assert set(loop_thread) == {threading.get_ident()} and pool.shed == 1 and pool.in_flight == 0
     finally:
         pool.close()
+
+
+def test_a_cold_version_is_counted_but_not_timed_for_the_p99_gate() -> None:
+    """Until a version has run COLD_EXECUTIONS times its serve times (pool hops before its scheduler runs it
+    inline, first allocations) are not judged: the soak's good candidate was rolled back on them."""
+    from types import SimpleNamespace
+
+    from servelab.core.routing.outcomes import COLD_EXECUTIONS, _warm
+    from servelab.core.stats import ModelStats
+
+    stats = ModelStats("m", 2)
+    version = SimpleNamespace(stats=stats)
+    assert _warm(version, 0.5) is None  # type: ignore[arg-type]
+    for _ in range(COLD_EXECUTIONS):
+        stats.record_execution(1, 1, 0, 0, 0)
+    assert _warm(version, 0.5) == 0.5  # type: ignore[arg-type]
