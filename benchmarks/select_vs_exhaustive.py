@@ -34,7 +34,7 @@ from servelab.advisor.grid import Batching, parse_batching  # noqa: E402
 from servelab.advisor.matrix import Constraints  # noqa: E402
 from servelab.advisor.select import SelectResult, SelectSpec, run_select  # noqa: E402
 from servelab.advisor.wire import MeasureSettings  # noqa: E402
-from servelab.bench.results_md import write_section  # noqa: E402
+from servelab.bench.results_md import args_for_json, write_section  # noqa: E402
 from servelab.convert.pipeline import ConvertSpec, convert  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "select_vs_exhaustive.json"
@@ -203,7 +203,7 @@ def main() -> None:
             row = {"round": rnd, "convert_s": convert_s, **_compare(case, runs[False], runs[True])}
             row["select_with_convert_s"] = row["select_s"] + convert_s
             rows.append(row)
-    doc = json.loads(json.dumps({"settings": vars(args) | {"out": str(args.out)}, "rows": rows}, default=str))
+    doc = json.loads(json.dumps({"settings": args_for_json(args, ROOT), "rows": rows}, default=str))
     body = results_markdown(doc)
     print(body)
     if args.smoke:  # a smoke run checks that the script runs: its figures are not results

@@ -41,7 +41,7 @@ from rich.table import Table
 from servelab.bench import LevelResult, LoadSpec, TargetSpec, measure_level
 from servelab.bench.net import http_status
 from servelab.bench.peers.servelab_target import ServelabPeer
-from servelab.bench.results_md import add_results_md_options, write_results
+from servelab.bench.results_md import add_results_md_options, args_for_json, write_results
 
 HERE = Path(__file__).resolve().parent
 RESULT = HERE / "results" / "shadow_overhead.json"
@@ -227,7 +227,7 @@ def main() -> None:
         rounds = asyncio.run(_alternating(target, url, rate, args))
         saturated = asyncio.run(_saturated(target, url, max_rps, args))
     doc = {
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "args": args_for_json(args, HERE.parent),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "rounds": rounds, "result": _summary(max_rps, rate, rounds, saturated),

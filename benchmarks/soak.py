@@ -44,7 +44,7 @@ from rich.table import Table
 
 from servelab.bench import LevelResult, LoadSpec, TargetSpec, measure_level
 from servelab.bench.net import http_status
-from servelab.bench.results_md import add_results_md_options, write_results
+from servelab.bench.results_md import add_results_md_options, args_for_json, write_results
 from servelab.bench.serverproc import servelab_serve
 
 HERE = Path(__file__).resolve().parent
@@ -248,7 +248,7 @@ def main() -> None:
             rollout = _rollout_summary(_rollout_call(url))
     code = server.exit_code
     doc = {
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "args": args_for_json(args, HERE.parent),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "max_rps": max_rps, "soak": soak, "server_exit_code": code,

@@ -188,7 +188,8 @@ def _run(example: Example, work: Path, python: str) -> Outcome:
         done = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         return Outcome(False, time.monotonic() - t0, [f"timed out after {TIMEOUT_S:.0f} s"])
-    lines = (done.stdout + done.stderr).splitlines()
+    # paths relative to the repository in the recorded output: the committed table names no machine's folders
+    lines = (done.stdout + done.stderr).replace(f"{ROOT}/", "").splitlines()
     return Outcome(done.returncode == 0, time.monotonic() - t0, lines[-12:])
 
 

@@ -116,6 +116,18 @@ def add_results_md_options(parser: argparse.ArgumentParser, section: str, defaul
     parser.add_argument("--no-results-md", dest="results_md", action="store_const", const=None)
 
 
+def args_for_json(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """A script's arguments as its JSON records them: paths under ``root`` (the repository) relative to it,
+    so the committed results name no machine's folders."""
+
+    def portable(value: object) -> object:
+        if isinstance(value, Path):
+            return str(value.relative_to(root)) if value.is_relative_to(root) else str(value)
+        return value
+
+    return {k: portable(v) for k, v in vars(args).items()}
+
+
 def write_results(doc: dict[str, Any], out: Path, results_md: Path | None, section: str,
                   render: Callable[[dict[str, Any]], str]) -> None:
     """What a benchmark script writes when it has measured: ``doc`` as JSON to ``out`` (its folder created)

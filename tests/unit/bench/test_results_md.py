@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import stat
 from pathlib import Path
@@ -11,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servelab.bench import results_md
-from servelab.bench.results_md import markdown_table, read_section, section_names, write_section
+from servelab.bench.results_md import (
+    args_for_json,
+    markdown_table,
+    read_section,
+    section_names,
+    write_section,
+)
 from servelab.errors import InvalidArgument
 
 DOC = (
@@ -154,3 +161,8 @@ def test_markdown_table() -> None:
     assert text == "| a | b\\|c |\n|---|---|\n| 1 | - |\n| x\\|y | - |\n"
     with pytest.raises(InvalidArgument, match="2 cells, expected 3"):
         markdown_table(("a", "b", "c"), [(1, 2)])
+
+
+def test_args_for_json_names_paths_relative_to_the_repository(tmp_path: Path) -> None:
+    args = argparse.Namespace(output=tmp_path / "benchmarks" / "results" / "x.json", elsewhere=Path("/opt/x"), rounds=3)
+    assert args_for_json(args, tmp_path) == {"output": "benchmarks/results/x.json", "elsewhere": "/opt/x", "rounds": 3}
