@@ -37,6 +37,8 @@ class ShadowPool:
         #: per event loop: copies waiting for a drainer, and how many drainers run
         self._queues: dict[asyncio.AbstractEventLoop, collections.deque[Callable[[], Awaitable[None]]]] = {}
         self._drainers: dict[asyncio.AbstractEventLoop, int] = {}
+        #: the running drainer tasks (the loop keeps only weak references to tasks)
+        self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
@@ -57,7 +59,9 @@ class ShadowPool:
             self._queues.setdefault(loop, collections.deque()).append(on_loop)
             if self._drainers.get(loop, 0) < self.threads:
                 self._drainers[loop] = self._drainers.get(loop, 0) + 1
-                loop.create_task(self._drain(loop), name="servelab-shadow")
+                task = loop.create_task(self._drain(loop), name="servelab-shadow")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
             return True
         try:
             self._executor.submit(self._run, job)
