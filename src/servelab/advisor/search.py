@@ -1,8 +1,8 @@
 """The search over served candidates: a quick climb that measures a fraction of the grid, and the
 exhaustive sweep it is judged against (``benchmarks/select_vs_exhaustive.py``).
 
-Quick search, after Triton Model Analyzer's: start from the in-process winner with dynamic batching on,
-one instance and every thread; find its highest rate within the SLA; then measure each neighbour (one
+Quick search, after Triton Model Analyzer's: start from the in-process winner with one instance and every
+thread, dynamic batching on where the in-process run predicts it pays (:func:`batching_gain`); find its highest rate within the SLA; then measure each neighbour (one
 step along one dimension) only as far as needed to know whether it beats the incumbent; move to the
 best neighbour that does and repeat, until none does, the measurement budget (a share of the grid) is spent,
 or the time budget is (``deadline``: what ``servelab select --time-budget-min`` leaves after the peers' share).
@@ -18,7 +18,7 @@ from servelab.advisor.grid import ArtefactRef, Candidate, Grid
 from servelab.advisor.wire import MeasureSettings, Probe, RateSearch, Served, measure_probe, search_rate
 from servelab.errors import ServelabError
 
-__all__ = ["Measured", "Measurer", "exhaustive_search", "quick_search", "start_point"]
+__all__ = ["Measured", "Measurer", "batching_gain", "exhaustive_search", "quick_search", "start_point"]
 
 Progress = Callable[[str], None]
 #: a neighbour replaces the incumbent only when it is this much faster (noise is not progress)
@@ -103,10 +103,28 @@ class Measurer:
             self._served = None
 
 
-def start_point(grid: Grid, best: ArtefactRef) -> Candidate:
-    """The climb's start: dynamic batching on (the middle setting), one instance, every thread, first front door."""
+#: what one request costs the front door on top of the model call, in ms (REST on one core answers ~5,000
+#: small requests/s: benchmarks/RESULTS.md, compare and select_vs_exhaustive); batching only amortises the call
+WIRE_COST_MS = 0.2
+#: dynamic batching is the start only where it is predicted to cut a request's cost by this factor
+BATCHING_PAYS = 1.5
+
+
+def batching_gain(latency_ms: float, rows_per_s: float, wire_ms: float = WIRE_COST_MS) -> float:
+    """Predicted cost of a request unbatched over its cost in a full batch, front door included: a model whose
+    one-row call is cheap next to the wire (a tree ensemble) gains nothing from a batcher, and pays for it."""
+    if not rows_per_s > 0 or not latency_ms >= 0:
+        return 1.0
+    return (wire_ms + latency_ms) / (wire_ms + 1e3 / rows_per_s)
+
+
+def start_point(grid: Grid, best: ArtefactRef, gain: float | None = None) -> Candidate:
+    """The climb's start: one instance, every thread, first front door, and dynamic batching on (the middle
+    setting) unless the in-process run's ``gain`` (:func:`batching_gain`) says it does not pay; None: on."""
     on = [b for b in grid.batchings if b.on and b.max_batch_size <= best.max_batch_size] or list(grid.batchings)
-    return Candidate(best, on[len(on) // 2], min(grid.instances), max(grid.threads), grid.front_doors[0])  # type: ignore[arg-type]
+    off = [b for b in grid.batchings if not b.on]
+    batching = off[0] if off and gain is not None and gain < BATCHING_PAYS else on[len(on) // 2]
+    return Candidate(best, batching, min(grid.instances), max(grid.threads), grid.front_doors[0])  # type: ignore[arg-type]
 
 
 def _ordered(neighbours: list[Candidate], incumbent: Candidate) -> list[Candidate]:
@@ -126,14 +144,17 @@ def _spent(measurer: Measurer, budget: int, deadline: float | None, log: list[st
 
 
 def quick_search(
-    grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int, deadline: float | None = None
+    grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int, deadline: float | None = None,
+    gain: float | None = None,
 ) -> tuple[Candidate | None, list[str]]:
-    """Climb from :func:`start_point`; returns the incumbent and a log of the moves. ``deadline`` is a
-    ``time.perf_counter()`` value after which no new point is measured."""
+    """Climb from :func:`start_point` (``gain``: the first survivor's in-process batching gain); returns the
+    incumbent and a log of the moves. ``deadline`` is a ``time.perf_counter()`` value after which no new
+    point is measured."""
     pool = tuple(survivors)
-    incumbent = start_point(grid, survivors[0])
+    incumbent = start_point(grid, survivors[0], gain)
     current = measurer.measure(incumbent)
-    log = [f"start {incumbent.label}: {current.max_rate:,.0f} req/s within the SLA"]
+    why = "" if gain is None else f" (in-process batching gain {gain:.2f}x, front door included)"
+    log = [f"start {incumbent.label}{why}: {current.max_rate:,.0f} req/s within the SLA"]
     stopped = False
     while not stopped:
         fresh = [n for n in grid.neighbours(incumbent, pool) if n not in measurer.results]

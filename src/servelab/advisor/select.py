@@ -26,7 +26,7 @@ from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid
 from servelab.advisor.inprocess import InProcessResult, measure_inprocess, prune
 from servelab.advisor.matrix import Constraints, Decision, Row, decide, load_qualitative
 from servelab.advisor.peers import PEERS, PeerRun, measure_peer, peer_artefacts, peer_settings
-from servelab.advisor.search import Measured, Measurer, exhaustive_search, quick_search
+from servelab.advisor.search import Measured, Measurer, batching_gain, exhaustive_search, quick_search
 from servelab.advisor.wire import MeasureSettings
 from servelab.convert.samples import generate_samples, load_samples, save_npz, stack
 from servelab.errors import InvalidArgument
@@ -243,7 +243,9 @@ def run_select(spec: SelectSpec, progress: Progress | None = None) -> SelectResu
     else:
         budget = max(1, math.floor(spec.budget_fraction * grid.size))
         deadline = None if spec.time_budget_s is None else started + spec.time_budget_s - PEER_RESERVE_S * len(spec.peers)
-        _, log = quick_search(grid, survivors, measurer, budget, deadline)
+        first = next(r for r in inproc if r.artefact == survivors[0])
+        gain = batching_gain(first.latency_ms, first.rows_per_s) if converted.batched and first.batch > 1 else None
+        _, log = quick_search(grid, survivors, measurer, budget, deadline, gain)
     log = [grid_note, *log] if grid_note else log
     peers = _peers(spec, converted, say)
     rows = _rows(converted, measurer.results, peers)

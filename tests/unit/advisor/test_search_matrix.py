@@ -11,7 +11,7 @@ import pytest
 from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid, parse_batching
 from servelab.advisor.inprocess import choose_batch
 from servelab.advisor.matrix import Constraints, Row, decide, load_qualitative, parse_weights
-from servelab.advisor.search import Measured, quick_search
+from servelab.advisor.search import Measured, batching_gain, quick_search, start_point
 from servelab.advisor.wire import Probe, RateSearch, search_rate
 from servelab.errors import InvalidArgument
 
@@ -57,6 +57,27 @@ def test_quick_search_finds_the_best_within_the_budget() -> None:
     assert pick == best, log
     assert len(land.results) <= 12
     assert log[0].startswith("start onnxruntime/fp32 b32/1000us x1 t2 rest")
+
+
+def test_batching_is_the_start_only_where_the_in_process_run_says_it_pays() -> None:
+    # the credit trees: 0.03 ms a row, 130,000 rows/s in a batch -> the wire dominates, no batcher
+    cheap = batching_gain(0.03, 130_000)
+    assert 1.0 < cheap < 1.5
+    # a model whose call is the cost: 5 ms a row, 2,000 rows/s at batch 32
+    heavy = batching_gain(5.0, 2_000)
+    assert heavy > 5
+    grid = _grid()
+    assert not start_point(grid, ORT, cheap).batching.on
+    assert start_point(grid, ORT, heavy).batching == Batching(32, 1000)
+    assert start_point(grid, ORT, None).batching == Batching(32, 1000)  # no in-process figure: on
+    assert batching_gain(float("nan"), 0.0) == 1.0
+
+
+def test_the_climb_starts_unbatched_where_batching_does_not_pay() -> None:
+    land = Landscape()
+    pick, log = quick_search(_grid(), [ORT, OV], land, budget=12, gain=1.1)  # type: ignore[arg-type]
+    assert log[0].startswith("start onnxruntime/fp32 off x1 t2 rest (in-process batching gain 1.10x")
+    assert pick is not None and pick.batching.on  # the landscape rewards batching: the climb still finds it
 
 
 def test_the_budget_stops_the_climb() -> None:
