@@ -2,7 +2,7 @@
 exhaustive sweep it is judged against (``benchmarks/select_vs_exhaustive.py``).
 
 Quick search, after Triton Model Analyzer's: start from the in-process winner with one instance and every
-thread, dynamic batching on where the in-process run predicts it pays (:func:`batching_gain`); find its highest rate within the SLA; then measure each neighbour (one
+thread, dynamic batching on and every thread unless the in-process run says they do not pay (StartHints); find its highest rate within the SLA; then measure each neighbour (one
 step along one dimension) only as far as needed to know whether it beats the incumbent; move to the
 best neighbour that does and repeat, until none does, the measurement budget (a share of the grid) is spent,
 or the time budget is (``deadline``: what ``servelab select --time-budget-min`` leaves after the peers' share).
@@ -18,7 +18,7 @@ from servelab.advisor.grid import ArtefactRef, Candidate, Grid
 from servelab.advisor.wire import MeasureSettings, Probe, RateSearch, Served, measure_probe, search_rate
 from servelab.errors import ServelabError
 
-__all__ = ["Measured", "Measurer", "batching_gain", "exhaustive_search", "quick_search", "start_point"]
+__all__ = ["Measured", "Measurer", "StartHints", "batching_gain", "exhaustive_search", "quick_search", "start_point"]
 
 Progress = Callable[[str], None]
 #: a neighbour replaces the incumbent only when it is this much faster (noise is not progress)
@@ -106,8 +106,11 @@ class Measurer:
 #: what one request costs the front door on top of the model call, in ms (REST on one core answers ~5,000
 #: small requests/s: benchmarks/RESULTS.md, compare and select_vs_exhaustive); batching only amortises the call
 WIRE_COST_MS = 0.2
-#: dynamic batching is the start only where it is predicted to cut a request's cost by this factor
+#: dynamic batching is the start only where it is predicted to cut a request's cost by this factor ...
 BATCHING_PAYS = 1.5
+#: ... and every thread only where the in-process run at every thread is this much faster than at the fewest
+#: (ONNX Runtime's intra-op threads spin: on 2 cores a second one that does not pay takes the front door's core)
+THREADS_PAY = 1.3
 
 
 def batching_gain(latency_ms: float, rows_per_s: float, wire_ms: float = WIRE_COST_MS) -> float:
@@ -118,13 +121,28 @@ def batching_gain(latency_ms: float, rows_per_s: float, wire_ms: float = WIRE_CO
     return (wire_ms + latency_ms) / (wire_ms + 1e3 / rows_per_s)
 
 
-def start_point(grid: Grid, best: ArtefactRef, gain: float | None = None) -> Candidate:
-    """The climb's start: one instance, every thread, first front door, and dynamic batching on (the middle
-    setting) unless the in-process run's ``gain`` (:func:`batching_gain`) says it does not pay; None: on."""
+@dataclass(frozen=True)
+class StartHints:
+    """What the in-process run says of the first survivor; None: no figure (batching on, every thread)."""
+
+    batching_gain: float | None = None  # :func:`batching_gain`
+    threads_gain: float | None = None  # speed at every thread over speed at the fewest
+
+    def describe(self) -> str:
+        parts = [f"{name} {v:.2f}x" for name, v in (("batching gain", self.batching_gain),
+                                                   ("threads gain", self.threads_gain)) if v is not None]  # fmt: skip
+        return f" (in process: {', '.join(parts)})" if parts else ""
+
+
+def start_point(grid: Grid, best: ArtefactRef, hints: StartHints = StartHints()) -> Candidate:
+    """The climb's start: one instance, the first front door, dynamic batching on (the middle setting) and
+    every thread, unless the in-process ``hints`` say batching or the extra threads do not pay."""
     on = [b for b in grid.batchings if b.on and b.max_batch_size <= best.max_batch_size] or list(grid.batchings)
     off = [b for b in grid.batchings if not b.on]
+    gain, tgain = hints.batching_gain, hints.threads_gain
     batching = off[0] if off and gain is not None and gain < BATCHING_PAYS else on[len(on) // 2]
-    return Candidate(best, batching, min(grid.instances), max(grid.threads), grid.front_doors[0])  # type: ignore[arg-type]
+    threads = min(grid.threads) if tgain is not None and tgain < THREADS_PAY else max(grid.threads)
+    return Candidate(best, batching, min(grid.instances), threads, grid.front_doors[0])  # type: ignore[arg-type]
 
 
 def _ordered(neighbours: list[Candidate], incumbent: Candidate) -> list[Candidate]:
@@ -145,16 +163,15 @@ def _spent(measurer: Measurer, budget: int, deadline: float | None, log: list[st
 
 def quick_search(
     grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int, deadline: float | None = None,
-    gain: float | None = None,
+    hints: StartHints = StartHints(),
 ) -> tuple[Candidate | None, list[str]]:
-    """Climb from :func:`start_point` (``gain``: the first survivor's in-process batching gain); returns the
+    """Climb from :func:`start_point` (``hints``: the in-process run's, of the first survivor); returns the
     incumbent and a log of the moves. ``deadline`` is a ``time.perf_counter()`` value after which no new
     point is measured."""
     pool = tuple(survivors)
-    incumbent = start_point(grid, survivors[0], gain)
+    incumbent = start_point(grid, survivors[0], hints)
     current = measurer.measure(incumbent)
-    why = "" if gain is None else f" (in-process batching gain {gain:.2f}x, front door included)"
-    log = [f"start {incumbent.label}{why}: {current.max_rate:,.0f} req/s within the SLA"]
+    log = [f"start {incumbent.label}{hints.describe()}: {current.max_rate:,.0f} req/s within the SLA"]
     stopped = False
     while not stopped:
         fresh = [n for n in grid.neighbours(incumbent, pool) if n not in measurer.results]

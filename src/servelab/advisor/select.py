@@ -26,7 +26,15 @@ from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid
 from servelab.advisor.inprocess import InProcessResult, measure_inprocess, prune
 from servelab.advisor.matrix import Constraints, Decision, Row, decide, load_qualitative
 from servelab.advisor.peers import PEERS, PeerRun, measure_peer, peer_artefacts, peer_settings
-from servelab.advisor.search import Measured, Measurer, batching_gain, exhaustive_search, quick_search
+from servelab.advisor.search import (
+    BATCHING_PAYS,
+    Measured,
+    Measurer,
+    StartHints,
+    batching_gain,
+    exhaustive_search,
+    quick_search,
+)
 from servelab.advisor.wire import MeasureSettings
 from servelab.convert.samples import generate_samples, load_samples, save_npz, stack
 from servelab.errors import InvalidArgument
@@ -172,6 +180,26 @@ def _inprocess(spec: SelectSpec, converted: Converted, samples: list[dict[str, A
     return out
 
 
+def _start_hints(
+    spec: SelectSpec, converted: Converted, samples: list[dict[str, Any]], first: InProcessResult, progress: Progress
+) -> StartHints:
+    """Whether batching and every thread pay for the first survivor, from its in-process run and one more run
+    at the fewest threads (the figure that matters: rows/s in a batch where batching pays, else one-row latency)."""
+    gain = batching_gain(first.latency_ms, first.rows_per_s) if converted.batched and first.batch > 1 else None
+    if min(spec.threads) == max(spec.threads):
+        return StartHints(gain)
+    feed = stack(samples[: first.artefact.max_batch_size]) if converted.batched else samples[0]
+    few = measure_inprocess(first.artefact, converted.folder(first.artefact), feed, min(spec.threads), spec.inprocess_s,
+                            first.batch)  # fmt: skip
+    if few.error is not None or not few.rows_per_s > 0:
+        return StartHints(gain)
+    batched_start = gain is None or gain >= BATCHING_PAYS
+    tgain = first.rows_per_s / few.rows_per_s if batched_start else few.latency_ms / first.latency_ms
+    progress(f"in process {first.artefact.label} at {min(spec.threads)} thread(s): {few.latency_ms:.3f} ms one row, "
+             f"{few.rows_per_s:,.0f} rows/s at batch {few.batch}")  # fmt: skip
+    return StartHints(gain, tgain)
+
+
 def _rows(converted: Converted, measured: dict[Candidate, Measured], peers: dict[str, PeerRun]) -> list[Row]:
     rows = [
         Row(m.candidate.label, "candidate", m.candidate.artefact.backend, "servelab", m.candidate.front_door,
@@ -243,9 +271,8 @@ def run_select(spec: SelectSpec, progress: Progress | None = None) -> SelectResu
     else:
         budget = max(1, math.floor(spec.budget_fraction * grid.size))
         deadline = None if spec.time_budget_s is None else started + spec.time_budget_s - PEER_RESERVE_S * len(spec.peers)
-        first = next(r for r in inproc if r.artefact == survivors[0])
-        gain = batching_gain(first.latency_ms, first.rows_per_s) if converted.batched and first.batch > 1 else None
-        _, log = quick_search(grid, survivors, measurer, budget, deadline, gain)
+        hints = _start_hints(spec, converted, samples, next(r for r in inproc if r.artefact == survivors[0]), say)
+        _, log = quick_search(grid, survivors, measurer, budget, deadline, hints)
     log = [grid_note, *log] if grid_note else log
     peers = _peers(spec, converted, say)
     rows = _rows(converted, measurer.results, peers)

@@ -11,7 +11,7 @@ import pytest
 from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid, parse_batching
 from servelab.advisor.inprocess import choose_batch
 from servelab.advisor.matrix import Constraints, Row, decide, load_qualitative, parse_weights
-from servelab.advisor.search import Measured, batching_gain, quick_search, start_point
+from servelab.advisor.search import Measured, StartHints, batching_gain, quick_search, start_point
 from servelab.advisor.wire import Probe, RateSearch, search_rate
 from servelab.errors import InvalidArgument
 
@@ -67,16 +67,19 @@ def test_batching_is_the_start_only_where_the_in_process_run_says_it_pays() -> N
     heavy = batching_gain(5.0, 2_000)
     assert heavy > 5
     grid = _grid()
-    assert not start_point(grid, ORT, cheap).batching.on
-    assert start_point(grid, ORT, heavy).batching == Batching(32, 1000)
-    assert start_point(grid, ORT, None).batching == Batching(32, 1000)  # no in-process figure: on
+    assert not start_point(grid, ORT, StartHints(cheap)).batching.on
+    assert start_point(grid, ORT, StartHints(heavy)).batching == Batching(32, 1000)
+    assert start_point(grid, ORT).batching == Batching(32, 1000)  # no in-process figure: on
+    assert start_point(grid, ORT).threads == 2
+    assert start_point(grid, ORT, StartHints(heavy, threads_gain=1.1)).threads == 1  # a second thread does not pay
+    assert start_point(grid, ORT, StartHints(heavy, threads_gain=1.8)).threads == 2
     assert batching_gain(float("nan"), 0.0) == 1.0
 
 
 def test_the_climb_starts_unbatched_where_batching_does_not_pay() -> None:
     land = Landscape()
-    pick, log = quick_search(_grid(), [ORT, OV], land, budget=12, gain=1.1)  # type: ignore[arg-type]
-    assert log[0].startswith("start onnxruntime/fp32 off x1 t2 rest (in-process batching gain 1.10x")
+    pick, log = quick_search(_grid(), [ORT, OV], land, budget=12, hints=StartHints(1.1, 1.05))  # type: ignore[arg-type]
+    assert log[0].startswith("start onnxruntime/fp32 off x1 t1 rest (in process: batching gain 1.10x, threads gain 1.05x)")
     assert pick is not None and pick.batching.on  # the landscape rewards batching: the climb still finds it
 
 
