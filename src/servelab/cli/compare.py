@@ -44,7 +44,8 @@ def print_table(result: object) -> None:
 
     spec = result.spec  # type: ignore[attr-defined]
     table = Table(
-        title=f"servelab compare: {spec.model}, concurrency {spec.concurrency}, baseline {spec.baseline or '-'}"
+        title=f"servelab compare: {spec.model}, concurrency {spec.concurrency}, baseline {spec.baseline or '-'}, "
+        f"median of {spec.rounds} alternating round(s)"
         + ("" if spec.client == "builtin" else f", client {spec.client}")
     )
     for i, col in enumerate(COLUMNS):
@@ -57,21 +58,36 @@ def print_table(result: object) -> None:
             console.print(f"[yellow]not measured[/] {o.label}: {o.error}")
 
 
+def _rounds_sentence(rounds: int) -> str:
+    return (
+        f" {rounds} rounds, each measuring every target at every batch size once, one at a time, the order "
+        "reversed on every other round so that the machine's drift hits all targets alike. A row shows its "
+        "median round by inf/s (P50 and P99 of that round) and `inf/s min-max` the spread over the rounds; "
+        "`x thr` and `x P50` are taken against the baseline of the same round, then their median is shown."
+    )
+
+
 def results_markdown(doc: dict[str, Any]) -> str:
-    """The comparison as a section of benchmarks/RESULTS.md, from its JSON document (``--output``)."""
+    """The comparison as a section of benchmarks/RESULTS.md, from its JSON document (``--output``).
+
+    A document written before compare had rounds (no ``settings.rounds``) renders as it did then."""
     from servelab.bench.compare import CompareRow
-    from servelab.bench.peers.compare_report import COLUMNS, row_cells
+    from servelab.bench.peers.compare_report import COLUMNS, ONE_ROUND_COLUMNS, row_cells
     from servelab.bench.results_md import markdown_table
 
     s = doc["settings"]
+    rounds = s.get("rounds")
     head = (
         f"`servelab compare {doc['model']}`: concurrency {s['concurrency']}, client batch sizes "
         f"{', '.join(str(b) for b in s['batch_sizes'])}, baseline {s['baseline'] or '-'}, windows of "
         f"{s['measurement_interval_ms']} ms (at most {s['max_windows']} per point)"
         + (f", measured by {s['client']}" if s.get("client", "builtin") != "builtin" else "")
-        + ".\n\n"
+        + "."
+        + ("" if rounds is None else _rounds_sentence(int(rounds)))
+        + "\n\n"
     )
-    table = markdown_table(COLUMNS, (row_cells(CompareRow(**r)) for r in doc["rows"]))
+    columns = ONE_ROUND_COLUMNS if rounds is None else COLUMNS
+    table = markdown_table(columns, (row_cells(CompareRow(**r), columns) for r in doc["rows"]))
     missing = [f"- not measured: {t['label']}: {t['error']}\n" for t in doc["targets"] if t.get("error")]
     return head + table + ("\n" + "".join(missing) if missing else "")
 
@@ -131,6 +147,14 @@ def compare(
     max_windows: Annotated[
         int, typer.Option("--max-windows", help="Windows per point before giving up on stability (>= 3).")
     ] = 5,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            "--rounds",
+            help="Alternating rounds: each measures every target at every batch size once, the order reversed "
+            "on every other round; rows show the median round and the median per-round ratio.",
+        ),
+    ] = 3,
     output: Annotated[Path | None, typer.Option("--output", help="Write the results as JSON.")] = None,
     html: Annotated[Path | None, typer.Option("--html", help="Write an HTML report.")] = None,
     results_md: Annotated[
@@ -184,7 +208,7 @@ def compare(
         spec = CompareSpec(
             model=model, repository=repo, targets=tuple(choices), batch_sizes=_int_list(batch_sizes, "--batch-sizes"),
             concurrency=concurrency, baseline=baseline, measurement_interval_ms=interval_ms, max_windows=max_windows,
-            peers=peers, client=client,
+            peers=peers, client=client, rounds=rounds,
         )  # fmt: skip
         _run(spec, output, html, None if results_md is None else (results_md, results_section))
     except ServelabError as exc:
@@ -194,7 +218,8 @@ def compare(
 
 def demo_compare(repo: Path, html: Path = Path("out/compare.html"), model: str = "mlp") -> object:
     """A short compare for ``make demo``: servelab on each backend, in-process ORT and FastAPI+ORT,
-    batch 1 and 32, about a second per point (well under three minutes on two cores)."""
+    batch 1 and 32, about a second per point, two alternating rounds (the fewest that alternate; well
+    under three minutes on two cores)."""
     require_extra("bench", "demo")
     from servelab.bench.compare import CompareSpec
     from servelab.bench.peers.targets import parse_targets
@@ -203,7 +228,7 @@ def demo_compare(repo: Path, html: Path = Path("out/compare.html"), model: str =
         model=model, repository=repo,
         targets=tuple(parse_targets("inprocess-ort,servelab-onnxruntime,servelab-openvino,servelab-torch,fastapi-ort")),
         batch_sizes=(1, 32), concurrency=8, baseline="inprocess-ort", measurement_interval_ms=500, max_windows=3,
-        warmup_requests=20, max_level_s=20.0,
+        warmup_requests=20, max_level_s=20.0, rounds=2,
     )  # fmt: skip
     return _run(spec, html.with_suffix(".json"), html)
 

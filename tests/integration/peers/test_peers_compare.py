@@ -14,6 +14,7 @@ from servelab.bench.compare import CompareSpec, run_compare
 from servelab.bench.peers.compare_report import write_html
 from servelab.bench.peers.family import find_family
 from servelab.bench.peers.targets import parse_targets
+from servelab.bench.results_md import read_section
 from servelab.cli import compare as compare_cli
 from servelab.errors import InvalidArgument, NotFound
 
@@ -92,3 +93,46 @@ def test_cli_rejects_a_baseline_outside_the_targets(tmp_path: Path) -> None:
         app, ["compare", "tiny", "--repo", str(repo), "--targets", "inprocess-ort", "--baseline", "mlserver"]
     )
     assert out.exit_code == 2 and "not one of --targets" in out.output
+
+
+def test_cli_rounds_alternate_on_servers_started_once(tmp_path: Path) -> None:
+    """`servelab compare --rounds 2`: every target measured in both rounds, the second in reverse order,
+    the server started once; the JSON keeps both rounds and the RESULTS.md section renders from it."""
+    app = typer.Typer()
+    compare_cli.register(app)
+    app.command("noop")(lambda: None)  # keep "compare" a sub-command
+    repo = tiny_repository(tmp_path / "repo")
+    results_md = tmp_path / "RESULTS.md"
+    results_md.write_text("# results\n\n<!-- BEGIN compare -->\nNot measured yet.\n<!-- END compare -->\n")
+    args = [
+        "compare", "tiny", "--repo", str(repo), "--targets", "inprocess-ort,servelab-onnxruntime", "--rounds", "2",
+        "--batch-sizes", "1,4", "--concurrency", "2", "--measurement-interval-ms", "200", "--max-windows", "3",
+        "--output", str(tmp_path / "compare.json"), "--html", str(tmp_path / "compare.html"),
+        "--results-md", str(results_md),
+    ]  # fmt: skip
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    assert out.output.count("servelab-onnxruntime: starting") == 1, out.output
+
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert doc["settings"]["rounds"] == 2
+    first = [["inprocess-ort", 1], ["inprocess-ort", 4], ["servelab-onnxruntime", 1], ["servelab-onnxruntime", 4]]
+    assert doc["order"] == [first, first[::-1]]
+    for target in doc["targets"]:
+        assert target["error"] is None and len(target["rounds"]) == 2
+        for rnd in target["rounds"]:
+            assert sorted(rnd) == ["1", "4"] and all(lv["throughput_rps"] > 0 for lv in rnd.values())
+    for row in doc["rows"]:
+        assert row["rounds"] == 2 and len(row["inferences_per_s_rounds"]) == 2
+        assert row["inferences_per_s_min"] <= row["inferences_per_s"] <= row["inferences_per_s_max"]
+        assert row["inferences_per_s"] in row["inferences_per_s_rounds"]  # a real round, not an average
+        ratios = row["throughput_ratio_rounds"]
+        assert len(ratios) == 2 and row["throughput_ratio"] == pytest.approx(sum(ratios) / 2)
+    base = [r for r in doc["rows"] if r["target"] == "inprocess-ort"]
+    assert all(r["throughput_ratio"] == pytest.approx(1.0) for r in base)
+
+    section = read_section(results_md, "compare")
+    assert section is not None and section == compare_cli.results_markdown(doc).strip("\n") + "\n"
+    assert "2 rounds" in section and "reversed on every other round" in section and "inf/s min-max" in section
+    assert section.count("| servelab-onnxruntime |") == 2
+    assert "2 rounds: each measured every target" in (tmp_path / "compare.html").read_text()

@@ -9,31 +9,39 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COLUMNS", "best_cells", "chart_png", "row_cells", "write_html"]
+__all__ = ["COLUMNS", "ONE_ROUND_COLUMNS", "SPREAD", "best_cells", "chart_png", "row_cells", "write_html"]
 
+#: the spread over rounds: min-max of inf/s
+SPREAD = "inf/s min-max"
 COLUMNS: tuple[str, ...] = (
-    "target", "protocol", "batch", "P50 ms", "P99 ms", "req/s", "inf/s", "x thr", "x P50", "RSS MB", "stable",
+    "target", "protocol", "batch", "P50 ms", "P99 ms", "req/s", "inf/s", SPREAD, "x thr", "x P50", "RSS MB",
+    "stable",
 )  # fmt: skip
+#: the table of a document written before compare had rounds (no spread to show)
+ONE_ROUND_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c != SPREAD)
 
 #: what each column means, shown under the HTML table
 COLUMN_HELP: tuple[tuple[str, str], ...] = (
     ("batch", "samples per request (client-side batch)"),
     ("P50 ms / P99 ms", "median and 99th-percentile request latency seen by the client"),
     ("req/s, inf/s", "requests and inferences (requests x batch) completed per second"),
-    ("x thr", "inf/s divided by the baseline's inf/s at the same batch size (higher is better)"),
-    ("x P50", "P50 divided by the baseline's P50 at the same batch size (lower is better)"),
+    ("inf/s min-max", "the lowest and highest inf/s over the rounds (the row shows the median round)"),
+    ("x thr", "inf/s divided by the baseline's inf/s at the same batch size in the same round, median over "
+              "rounds (higher is better)"),
+    ("x P50", "P50 divided by the baseline's P50 at the same batch size in the same round, median over "
+              "rounds (lower is better)"),
     ("RSS MB", "resident memory of the server process and its children (- for in-process)"),
     ("stable", "yes when the last 3 windows agreed within 10% in req/s and P50; "
                "no when the level hit the window limit first (the numbers are still measured)"),
 )  # fmt: skip
 
-#: column index -> (value of a row, True when higher is better); the cells the report ranks
-_RANKED: dict[int, tuple[Callable[[Any], float | None], bool]] = {
-    3: (lambda r: r.p50_ms, False),
-    4: (lambda r: r.p99_ms, False),
-    5: (lambda r: r.requests_per_s, True),
-    6: (lambda r: r.inferences_per_s, True),
-    9: (lambda r: r.server_rss_mb, False),
+#: column -> (value of a row, True when higher is better); the cells the report ranks
+_RANKED: dict[str, tuple[Callable[[Any], float | None], bool]] = {
+    "P50 ms": (lambda r: r.p50_ms, False),
+    "P99 ms": (lambda r: r.p99_ms, False),
+    "req/s": (lambda r: r.requests_per_s, True),
+    "inf/s": (lambda r: r.inferences_per_s, True),
+    "RSS MB": (lambda r: r.server_rss_mb, False),
 }
 
 
@@ -41,14 +49,22 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def row_cells(row: Any) -> list[str]:
-    """One CompareRow as strings, in COLUMNS order."""
-    return [
-        row.target, row.protocol, str(row.batch_size), _num(row.p50_ms, ".2f"), _num(row.p99_ms, ".2f"),
-        _num(row.requests_per_s, ",.0f"), _num(row.inferences_per_s, ",.0f"), _num(row.throughput_ratio, ".2f"),
-        _num(row.p50_ratio, ".2f"), _num(row.server_rss_mb, ".0f"),
-        ("yes" if row.stable else "no") + (f" ({row.errors} errors)" if row.errors else ""),
-    ]  # fmt: skip
+def _spread(row: Any) -> str:
+    lo, hi = row.inferences_per_s_min, row.inferences_per_s_max
+    return "-" if lo is None or hi is None else f"{lo:,.0f}-{hi:,.0f}"
+
+
+def row_cells(row: Any, columns: tuple[str, ...] = COLUMNS) -> list[str]:
+    """One CompareRow as strings, in ``columns`` order (COLUMNS, or ONE_ROUND_COLUMNS for an old document)."""
+    cells = {
+        "target": row.target, "protocol": row.protocol, "batch": str(row.batch_size),
+        "P50 ms": _num(row.p50_ms, ".2f"), "P99 ms": _num(row.p99_ms, ".2f"),
+        "req/s": _num(row.requests_per_s, ",.0f"), "inf/s": _num(row.inferences_per_s, ",.0f"), SPREAD: _spread(row),
+        "x thr": _num(row.throughput_ratio, ".2f"), "x P50": _num(row.p50_ratio, ".2f"),
+        "RSS MB": _num(row.server_rss_mb, ".0f"),
+        "stable": ("yes" if row.stable else "no") + (f" ({row.errors} errors)" if row.errors else ""),
+    }  # fmt: skip
+    return [cells[c] for c in columns]
 
 
 def best_cells(rows: list[Any], baseline: str | None) -> set[tuple[int, int]]:
@@ -60,7 +76,8 @@ def best_cells(rows: list[Any], baseline: str | None) -> set[tuple[int, int]]:
     for b in {r.batch_size for r in rows}:
         group = [i for i, r in enumerate(rows) if r.batch_size == b]
         contenders = [i for i in group if rows[i].target != baseline] or group
-        for col, (value, higher) in _RANKED.items():
+        for name, (value, higher) in _RANKED.items():
+            col = COLUMNS.index(name)
             vals = {i: value(rows[i]) for i in contenders}
             known = {i: v for i, v in vals.items() if v is not None and v == v}
             if len(known) < 2 and len(contenders) > 1:
@@ -132,13 +149,23 @@ def _table(rows: list[Any], baseline: str | None) -> str:
         prev = r.batch_size
         cells = []
         for j, text in enumerate(row_cells(r)):
-            cls = "best" if (i, j) in best else "unstable" if j == 10 and not r.stable else ""
+            cls = "best" if (i, j) in best else "unstable" if COLUMNS[j] == "stable" and not r.stable else ""
             cells.append(
                 f"<td class='{cls}'>{html.escape(text)}</td>" if cls else f"<td>{html.escape(text)}</td>"
             )
         attr = f" class='{' '.join(classes)}'" if classes else ""
         body.append(f"<tr{attr}>{''.join(cells)}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _rounds_note(rounds: int) -> str:
+    if rounds == 1:
+        return "Targets were measured one at a time on the same machine, in one round."
+    return (
+        f"{rounds} rounds: each measured every target at every batch size once, one at a time, the order "
+        "reversed on every other round; a row is the median round by inf/s, ratios are taken within each "
+        "round and their median shown."
+    )
 
 
 def write_html(result: Any, path: Path) -> None:
@@ -167,8 +194,7 @@ def write_html(result: Any, path: Path) -> None:
         f"<style>{_STYLE}</style></head><body><h1>servelab compare: {html.escape(spec.model)}</h1>"
         f"<p class='note'>Closed loop, {spec.concurrency} concurrent requests, client batch sizes "
         f"{', '.join(map(str, spec.batch_sizes))}; windows of {spec.measurement_interval_ms} ms (at most "
-        f"{spec.max_windows}); ratios against <b>{base}</b> at the same batch size. Targets were measured one "
-        f"at a time on the same machine.</p>"
+        f"{spec.max_windows}); ratios against <b>{base}</b> at the same batch size. {_rounds_note(spec.rounds)}</p>"
         f"<section id='results'>{_table(rows, spec.baseline)}</section>"
         f"<p class='note'><span style='background:#d9f2dd;padding:0 4px'>Green</span>: best value at that batch "
         f"size among the compared targets; the baseline (<b>{base}</b>, grey) is the reference and is not "
