@@ -75,8 +75,11 @@ def _bars(rows: list[dict[str, Any]]) -> str:
 
 
 def _triton_line(doc: dict[str, Any]) -> str:
-    """The bar against the Triton pipeline (``triton_bar`` of the document; older documents have none)."""
-    bar = doc.get("triton_bar")
+    """The bar against the Triton python-backend pipeline (``triton_bar`` of the document; a document of a
+    run from before the Triton rows has no such key and gets no line)."""
+    if "triton_bar" not in doc:
+        return ""
+    bar = doc["triton_bar"]
     if bar is None:
         return "- Against the Triton python-backend pipeline: not measured in this run (`--no-triton`, or a row missing).\n"
     cfg = doc["meta"].get("triton") or {}
