@@ -14,6 +14,12 @@ It is the baseline the issue's end-to-end ratios are taken against, like for lik
 rows against its gRPC, REST rows against its REST); the FastAPI app is a stronger Python baseline, reported too
 (``speedup_b1_p50`` / ``throughput_ratio``).
 
+The real Triton 2.51 (``--triton``, the default; installed under ``.peers/triton`` on first use) serving the
+published hybrid as a python-backend model (servelab.bench.peers.triton_graphsage): servelab's numba sampler
+kernels and the export's layers ONNX on onnxruntime, over the same graph store, called with the same OIP
+clients over gRPC and REST binary. ``triton_bar`` in the JSON holds issue 14's GraphSAGE bar: ``sage_fused``
+over gRPC against it over gRPC, nodes/s ratio >= 2 and batch-1 P50 ratio <= 0.5.
+
 Run on its own, this script also measures in-process rows (servelab's Engine on ``sage`` and ``sage_fused``
 against the TorchServe-style function: Python sampler + torch eager), prints the like-for-like ratios
 (in-process with in-process, end-to-end with end-to-end) and writes benchmarks/results/graphsage_e2e.json:
@@ -35,20 +41,24 @@ from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experi
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported, as graphsage_wire does
 
 import numpy as np  # noqa: E402
-from graphsage_servers import baseline_row, servelab_rows, torchserve_rows  # noqa: E402
+from graphsage_e2e_tables import BAR_FRAMEWORK, TRITON_NODES_RATIO, TRITON_P50_RATIO  # noqa: E402
+from graphsage_servers import baseline_row, servelab_rows, torchserve_rows, triton_rows  # noqa: E402
 from graphsage_wire import (  # noqa: E402
     BASELINE_E2E,
     LABELS,
     PEERS_DIR,
     TORCHSERVE_E2E,
+    TRITON_E2E,
     E2ERow,
     Load,
     TorchServeOptions,
+    TritonOptions,
 )
 
 from servelab.graph.export import export_repository  # noqa: E402
 
-__all__ = ["BASELINE_E2E", "E2ERow", "Load", "TorchServeOptions", "comparisons", "run_e2e"]
+__all__ = ["BASELINE_E2E", "E2ERow", "Load", "TorchServeOptions", "TritonOptions", "comparisons", "run_e2e",
+           "triton_bar"]
 
 
 def same_protocol(row: E2ERow, candidates: list[E2ERow]) -> E2ERow | None:
@@ -67,15 +77,23 @@ def run_e2e(
     workdir: Path,
     server_env: dict[str, str],
     torchserve: TorchServeOptions | None = TorchServeOptions(),
+    triton: TritonOptions | None = None,
 ) -> list[E2ERow]:
-    """Every servelab runtime over gRPC and REST binary, then real TorchServe (where installed; None:
-    never) and the FastAPI baseline; ratios against both."""
+    """Every servelab runtime over gRPC and REST binary, then the real Triton with the GraphSAGE python model
+    (None: not run), real TorchServe (where installed; None: never) and the FastAPI baseline; ratios against
+    TorchServe and FastAPI."""
     rows: list[E2ERow] = []
     for runtime in runtimes:
         repo = workdir / f"repo-{runtime}"
         export_repository(model_dir, graph_dir, repo, runtime=runtime)
         print(f"serving {repo} ({runtime}) ...", flush=True)
         rows += servelab_rows(repo, runtime, queries, classes, load, workdir, server_env)
+    if triton is not None:
+        repo = workdir / "repo-onnxruntime"  # the export sage_fused served: same graph store, same layers ONNX
+        if not (repo / "sage_fused" / "config.pbtxt").is_file():
+            export_repository(model_dir, graph_dir, repo, runtime="onnxruntime")
+        print("serving GraphSAGE with the real Triton (python backend) ...", flush=True)
+        rows += triton_rows(repo, queries, classes, load, triton)
     ts: list[E2ERow] = []
     if torchserve is not None:
         print("serving GraphSAGE with real TorchServe ...", flush=True)
@@ -92,6 +110,36 @@ def run_e2e(
             row.vs_torchserve_b1_p50 = peer.b1_p50_ms / row.b1_p50_ms
             row.vs_torchserve_nodes_per_s = row.nodes_per_s / peer.nodes_per_s
     return rows
+
+
+def triton_bar(rows: list[E2ERow]) -> dict[str, Any] | None:
+    """Issue 14's GraphSAGE bar: ``sage_fused`` over gRPC against the Triton pipeline over gRPC (None
+    when either row is missing from this run)."""
+    fused = next((r for r in rows if r.framework == BAR_FRAMEWORK and r.protocol == "gRPC"), None)
+    peer = next((r for r in rows if r.framework == TRITON_E2E and r.protocol == "gRPC"), None)
+    if fused is None or peer is None:
+        return None
+    nodes_ratio = fused.nodes_per_s / peer.nodes_per_s
+    p50_ratio = fused.b1_p50_ms / peer.b1_p50_ms
+    return {
+        "servelab": f"{fused.framework} / gRPC", "triton": f"{peer.framework} / gRPC",
+        "nodes_per_s": (fused.nodes_per_s, peer.nodes_per_s), "b1_p50_ms": (fused.b1_p50_ms, peer.b1_p50_ms),
+        "nodes_ratio": nodes_ratio, "b1_p50_ratio": p50_ratio,
+        "met": nodes_ratio >= TRITON_NODES_RATIO and p50_ratio <= TRITON_P50_RATIO,
+    }  # fmt: skip
+
+
+def _print_triton_bar(bar: dict[str, Any] | None) -> None:
+    if bar is None:
+        print("Triton bar: not measured (no sage_fused or no Triton gRPC row in this run)")
+        return
+    print(
+        f"Triton bar (gRPC): sage_fused {bar['nodes_per_s'][0]:,.0f} vs Triton {bar['nodes_per_s'][1]:,.0f} nodes/s "
+        f"= {bar['nodes_ratio']:.2f}x (>= {TRITON_NODES_RATIO:g}); batch-1 P50 {bar['b1_p50_ms'][0]:.2f} vs "
+        f"{bar['b1_p50_ms'][1]:.2f} ms = {bar['b1_p50_ratio']:.2f}x (<= {TRITON_P50_RATIO:g}): "
+        f"{'met' if bar['met'] else 'NOT met'}",
+        flush=True,
+    )
 
 
 # ----- standalone: in-process rows, like-for-like ratios, JSON -----
@@ -240,9 +288,14 @@ def _main_args() -> Any:
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--no-in-process", action="store_true", help="skip the in-process rows")
     p.add_argument("--no-torchserve", action="store_true", help="skip real TorchServe")
-    p.add_argument("--peers-dir", type=Path, default=PEERS_DIR, help="where TorchServe's venv lives")
+    p.add_argument("--peers-dir", type=Path, default=PEERS_DIR, help="where TorchServe's venv and Triton live")
     p.add_argument("--ts-torch-threads", type=int, default=1, help="torch threads in TorchServe's worker")
     p.add_argument("--ts-batch-size", type=int, default=1, help="TorchServe's batch_size (requests merged)")
+    p.add_argument("--triton", action=argparse.BooleanOptionalAction, default=True,
+                   help="the real Triton with the GraphSAGE python model (installed under --peers-dir)")  # fmt: skip
+    p.add_argument("--triton-instances", type=int, default=2,
+                   help="Triton model instances (python stub processes): one per core here")  # fmt: skip
+    p.add_argument("--triton-layers-threads", type=int, default=1, help="onnxruntime threads per Triton instance")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--results-md", type=Path, default=RESULTS.parent.parent / "RESULTS.md",
                    help="rewrite its sections (graphsage_e2e_tables.SECTIONS) of this file")  # fmt: skip
@@ -270,6 +323,9 @@ def main() -> None:
         if args.no_torchserve
         else TorchServeOptions(args.peers_dir, args.ts_torch_threads, args.ts_batch_size)
     )
+    triton = (
+        TritonOptions(args.peers_dir, args.triton_instances, args.triton_layers_threads) if args.triton else None
+    )
     with tempfile.TemporaryDirectory(prefix="servelab-sage-e2e-") as tmp:
         inproc: list[InProcRow] = []
         if not args.no_in_process:
@@ -278,21 +334,25 @@ def main() -> None:
             print("in-process rows ...", flush=True)
             inproc = _in_process(args.model_dir, args.graph_dir, repo, queries, 300, args.duration_s)
         e2e = run_e2e(
-            args.model_dir, args.graph_dir, args.runtimes, queries, classes, load, Path(tmp), {}, ts
+            args.model_dir, args.graph_dir, args.runtimes, queries, classes, load, Path(tmp), {}, ts, triton
         )
     found = comparisons(inproc, e2e)
     _print_comparisons(found, args.concurrency)
+    bar = triton_bar(e2e)
+    _print_triton_bar(bar)
     meta = {
         "nodes": store.num_nodes, "edges": store.num_edges, "queries": args.queries, "concurrency": args.concurrency,
         "duration_s_per_phase": args.duration_s, "torchserve": None if ts is None else {**asdict(ts), "peers_dir": _repo_relative(ts.peers_dir)},
         "cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
         "target_ratio": TARGET_RATIO, "client_grpc_experiments": os.environ.get("GRPC_EXPERIMENTS"),
+        "triton": None if triton is None else {**asdict(triton), "peers_dir": _repo_relative(triton.peers_dir)},
     }  # fmt: skip
     result = {
         "meta": meta,
         "in_process": [asdict(r) for r in inproc],
         "e2e_rows": [asdict(r) for r in e2e],
         "comparisons": [asdict(c) for c in found],
+        "triton_bar": bar,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, allow_nan=True))

@@ -21,6 +21,9 @@ BAR_FRAMEWORK = "servelab + ONNX Runtime (fused)"
 #: (batch-1 P50 ms, batch-1 P99 ms, batch-32 P99 ms, nodes/s), end to end over gRPC
 BARS = (1.0, 2.5, 6.0, 15_000.0)
 TARGET_RATIO = 3.0
+#: issue 14's GraphSAGE bar against the Triton python-backend pipeline, both over gRPC: sage_fused nodes/s
+#: >= 2x Triton's, batch-1 P50 <= 0.5x Triton's
+TRITON_NODES_RATIO, TRITON_P50_RATIO = 2.0, 0.5
 #: GRAPHSAGE.md's published reference (not measured here), shown under the measured rows
 PUBLISHED_A10 = ("*published: ONNX Runtime on an A10 GPU*", "", "*5.1 / 11.6*", "*2.8 / 7.3*", "*11,420 qps*", "",
                  "", "")  # fmt: skip
@@ -71,6 +74,25 @@ def _bars(rows: list[dict[str, Any]]) -> str:
     return "".join(f"- {line}\n" for line in lines)
 
 
+def _triton_line(doc: dict[str, Any]) -> str:
+    """The bar against the Triton python-backend pipeline (``triton_bar`` of the document; a document of a
+    run from before the Triton rows has no such key and gets no line)."""
+    if "triton_bar" not in doc:
+        return ""
+    bar = doc["triton_bar"]
+    if bar is None:
+        return "- Against the Triton python-backend pipeline: not measured in this run (`--no-triton`, or a row missing).\n"
+    cfg = doc["meta"].get("triton") or {}
+    setup = f" ({cfg['instances']} instance(s), {cfg['layers_threads']} onnxruntime thread(s) each)" if cfg else ""
+    (mine, peer), (mine_p50, peer_p50) = bar["nodes_per_s"], bar["b1_p50_ms"]
+    return (
+        f"- Against the Triton python-backend pipeline over gRPC{setup} (issue 14: nodes/s >= {TRITON_NODES_RATIO:g}x, "
+        f"batch-1 P50 <= {TRITON_P50_RATIO:g}x): nodes/s {mine:,.0f} vs {peer:,.0f} = **{bar['nodes_ratio']:.2f}x**; "
+        f"batch-1 P50 {mine_p50:.2f} vs {peer_p50:.2f} ms = **{bar['b1_p50_ratio']:.2f}x**: "
+        f"{'met' if bar['met'] else 'NOT met'}.\n"
+    )
+
+
 def e2e_markdown(doc: dict[str, Any]) -> str:
     """The end-to-end section: every served row, the published reference, the issue's bars."""
     m = doc["meta"]
@@ -81,7 +103,7 @@ def e2e_markdown(doc: dict[str, Any]) -> str:
         f"load average {load[0]:.2f} before, {load[1]:.2f} after.\n\n"
     )
     note = '\n"x TorchServe" compares like with like: gRPC rows with its gRPC API, REST rows with its REST API.\n\n'
-    return head + _e2e_table(doc["e2e_rows"]) + note + _bars(doc["e2e_rows"])
+    return head + _e2e_table(doc["e2e_rows"]) + note + _bars(doc["e2e_rows"]) + _triton_line(doc)
 
 
 def engine_markdown(doc: dict[str, Any]) -> str:

@@ -2,7 +2,9 @@
 
 servelab (``servelab serve`` on one exported repository per layers runtime: the ``sage`` ensemble and, but
 for TorchScript, ``sage_fused``; gRPC and REST binary), real TorchServe 0.12 with the GraphSAGE handler
-(REST and gRPC, where its venv is installed) and the TorchServe-style FastAPI app (REST JSON). Every server
+(REST and gRPC, where its venv is installed), the real Triton 2.51 with the GraphSAGE python model of
+servelab.bench.peers.triton_graphsage (gRPC and REST binary, the same OIP clients as servelab's rows) and the
+TorchServe-style FastAPI app (REST JSON). Every server
 is a subprocess on free ports of 127.0.0.1; the clients and the closed loop are in benchmarks/graphsage_wire.py,
 the ratios between the rows in benchmarks/graphsage_e2e.py.
 """
@@ -29,9 +31,11 @@ from graphsage_wire import (  # noqa: E402
     LABELS,
     MODELS,
     TORCHSERVE_E2E,
+    TRITON_E2E,
     E2ERow,
     Load,
     TorchServeOptions,
+    TritonOptions,
     _baseline_stats,
     _grpc_call,
     _json_call,
@@ -40,12 +44,14 @@ from graphsage_wire import (  # noqa: E402
     _rest_call,
     _servelab_stats,
     _torchserve_grpc_call,
+    _triton_stats,
 )
 
+from servelab.bench._fetch import DownloadFailed  # noqa: E402
 from servelab.bench.net import free_ports  # noqa: E402
 from servelab.bench.peers._venv import PeerEnv  # noqa: E402
 
-__all__ = ["BASELINE_APP", "baseline_row", "servelab_rows", "torchserve_rows"]
+__all__ = ["BASELINE_APP", "baseline_row", "servelab_rows", "torchserve_rows", "triton_rows"]
 
 
 def servelab_rows(
@@ -189,3 +195,38 @@ async def _torchserve_clients(
     for row in (rest, rpc):
         row.sample_share = row.server_share = math.nan
     return [rest, rpc]
+
+
+def triton_rows(repo: Path, queries: np.ndarray, classes: int, load: Load, opts: TritonOptions) -> list[E2ERow]:
+    """The real Triton serving the GraphSAGE python model built from ``repo`` (the onnxruntime export the
+    servelab rows served: same graph store, same layers ONNX), over gRPC and REST binary; [] (and why,
+    printed) where Triton cannot be downloaded here."""
+    from servelab.bench.peers.triton_graphsage import MODEL_NAME, TritonGraphSagePeer
+
+    with TritonGraphSagePeer(
+        opts.peers_dir, repo, instances=opts.instances, layers_threads=opts.layers_threads, progress=print
+    ) as peer:
+        try:
+            peer.install()
+        except DownloadFailed as exc:
+            print(f"Triton row skipped: {str(exc)[:300]}", flush=True)
+            return []
+        peer.prepare_graphsage()
+        endpoint = peer.start()
+        http, grpc_target = endpoint.extra["http"], endpoint.extra["grpc"]
+        return asyncio.run(_triton_clients(http, grpc_target, MODEL_NAME, queries, classes, load))
+
+
+async def _triton_clients(
+    base: str, grpc_target: str, model: str, queries: np.ndarray, classes: int, load: Load
+) -> list[E2ERow]:
+    stats = _triton_stats(f"{base}/v2/models", model)
+    async with grpc.aio.insecure_channel(grpc_target) as channel:
+        rpc = await _measure(TRITON_E2E, "gRPC", _grpc_call(channel, classes, model), queries, load, stats)
+    connector = aiohttp.TCPConnector(limit=load.concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        call = _rest_call(session, f"{base}/v2/models/{model}/infer", classes)
+        rest = await _measure(TRITON_E2E, "REST binary", call, queries, load, stats)
+    for row in (rpc, rest):
+        row.sample_share = math.nan  # Triton reports no per-stage times for a python model
+    return [rpc, rest]

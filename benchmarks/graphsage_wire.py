@@ -37,6 +37,8 @@ from servelab.protocol import grpc_service_pb2, grpc_service_pb2_grpc  # noqa: E
 HOST = "127.0.0.1"
 BASELINE_E2E = "TorchServe-style (FastAPI + Python sampler + torch eager)"
 TORCHSERVE_E2E = "TorchServe 0.12 (Python sampler + TorchScript)"
+#: the published hybrid on the real Triton: python model with servelab's numba sampler + layers ONNX on onnxruntime
+TRITON_E2E = "Triton 2.51 python backend (numba sampler + ONNX Runtime layers)"
 PEERS_DIR = Path(__file__).resolve().parent.parent / ".peers"
 LABELS = {
     "onnxruntime": "servelab + ONNX Runtime",
@@ -81,6 +83,15 @@ class TorchServeOptions:
     torch_threads: int = 1
     batch_size: int = 1
     max_batch_delay_ms: int = 1
+
+
+@dataclass(frozen=True)
+class TritonOptions:
+    """Where Triton lives and how its GraphSAGE python model runs: stub processes, onnxruntime threads."""
+
+    peers_dir: Path = PEERS_DIR
+    instances: int = 1
+    layers_threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -237,6 +248,16 @@ def _servelab_stats(models_url: str, model: str = "sage") -> StatsFn:
         sampler = _get_json(f"{models_url}/{staged}/stats")["model_stats"][0]["stages"]
         sage = _get_json(f"{models_url}/{model}/stats")["model_stats"][0]["inference_stats"]["success"]
         return int(sampler["sample_ns"]) + int(sampler["gather_ns"]), int(sage["ns"])
+
+    return read
+
+
+def _triton_stats(models_url: str, model: str = "sage") -> StatsFn:
+    """Triton's statistics extension: the model's success ns (it reports no sampling stage: 0)."""
+
+    def read() -> tuple[int, int]:
+        success = _get_json(f"{models_url}/{model}/stats")["model_stats"][0]["inference_stats"]["success"]
+        return 0, int(success["ns"])
 
     return read
 

@@ -103,13 +103,20 @@ class UnpackedInstall:
             raise Unavailable(f"pip download {requirement} left no wheel in {self.downloads}")
         return (new or sorted(found))[-1]
 
-    def pip_target(self, requirements: Sequence[str], target: Path, python_version: str) -> None:
-        """Binary wheels for CPython ``python_version`` (not necessarily ours) unpacked into ``target``."""
+    def pip_target(
+        self, requirements: Sequence[str], target: Path, python_version: str, *, add: bool = False
+    ) -> None:
+        """Binary wheels for CPython ``python_version`` (not necessarily ours) unpacked into ``target``.
+
+        ``add``: ``target`` already holds packages; install exactly ``requirements`` (no dependencies, so
+        what is there stays as it is) and replace an older copy of any of them."""
         tag = python_version.replace(".", "")
+        extra = ["--no-deps", "--upgrade"] if add else []
         self.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",
                   "--target", str(target), "--only-binary=:all:", "--implementation", "cp",
                   "--python-version", python_version, "--abi", f"cp{tag}", "--platform", "manylinux_2_28_x86_64",
-                  "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64", *requirements])  # fmt: skip
+                  "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64", *extra,
+                  *requirements])  # fmt: skip
 
     def deb_extract(self, package: str, target: Path) -> None:
         """A Debian package's files under ``target`` (``apt-get download`` + ``dpkg -x``: nothing is

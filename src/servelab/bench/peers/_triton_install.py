@@ -8,6 +8,11 @@ copied into ``backends/python/``, which lies at the same depth, so its RPATH
 isolated mode (PYTHONPATH is ignored, the backend folder is on ``sys.path``), so numpy and onnxruntime are
 unpacked into the backend folder with ``pip install --target`` for that Python version. numpy must be
 < 2 there: this backend returns empty output tensors with numpy 2.
+
+Packages only some models need (:data:`MODEL_PACKAGES`, e.g. numba for the GraphSAGE peer) are added to
+the same folder on demand by :meth:`TritonInstall.ensure_packages`, under a stamp of their own inside
+``dist/`` (a rebuild of the base install drops them with it). Keeping them out of the base recipe means
+the base install, shared by every checkout under one ``.peers``, is not rebuilt when they change.
 """
 
 from __future__ import annotations
@@ -19,14 +24,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from servelab.bench._fetch import UnpackedInstall
-from servelab.errors import Unavailable
+from servelab.errors import InvalidArgument, Unavailable
 
-__all__ = ["BACKEND_PACKAGES", "PYTRITON", "TRITON_VERSION", "TritonInstall", "system_python_version"]
+__all__ = [
+    "BACKEND_PACKAGES", "MODEL_PACKAGES", "PYTRITON", "TRITON_VERSION", "TritonInstall", "system_python_version",
+]
 
 PYTRITON = "nvidia-pytriton==0.7.0"
 TRITON_VERSION = "2.51.0"
 #: importable by every python model Triton runs here; onnxruntime as in servelab's own environment
 BACKEND_PACKAGES = ("numpy==1.26.4", "onnxruntime==1.32.0")
+#: packages a kind of model needs besides BACKEND_PACKAGES, added without their dependencies (numpy is
+#: there); numba as in servelab's own environment (it supports numpy 1.26), so both compile the same kernels
+MODEL_PACKAGES = {"graphsage": ("numba==0.68.1", "llvmlite==0.50.0")}
 _STUB_VERSIONS = ("3.11", "3.12", "3.10", "3.9", "3.8")  # the wheel's stubs, preferred first
 _LIB_DIRS = (Path("/usr/lib/x86_64-linux-gnu"), Path("/lib/x86_64-linux-gnu"), Path("/usr/lib"), Path("/usr/local/lib"))
 _KEEP = ("pytriton/tritonserver/", "nvidia_pytriton.libs/")
@@ -111,3 +121,17 @@ class TritonInstall:
         shutil.rmtree(self.tritonserver_dir / "python_backend_stubs")  # the other Pythons' stubs
         inst.finish()
         say(f"Triton {TRITON_VERSION} ready in {inst.root} (python backend, Python {self.python_version})")
+
+    def ensure_packages(self, kind: str, progress: Callable[[str], None] | None = None) -> None:
+        """The base install plus ``MODEL_PACKAGES[kind]`` in the python backend folder (added once)."""
+        if kind not in MODEL_PACKAGES:
+            raise InvalidArgument(f"no package set {kind!r} for Triton models; known: {sorted(MODEL_PACKAGES)}")
+        self.ensure(progress)
+        packages = MODEL_PACKAGES[kind]
+        stamp = self.python_backend / f".servelab-{kind}-packages"
+        if stamp.is_file() and stamp.read_text().split() == list(packages):
+            return
+        say = progress or (lambda _m: None)
+        say(f"adding {' '.join(packages)} to Triton's python backend (first use only)")
+        self.unpacked.pip_target(packages, self.python_backend, self.python_version, add=True)
+        stamp.write_text("\n".join(packages) + "\n")
