@@ -49,8 +49,10 @@ def _backend(tmp_path: Path, *, declared: str | None, coroutine: bool = False) -
     return backend
 
 
-def _threads_and_loop(backend: PythonBackend, requests: int = 80) -> tuple[list[str], str]:
+def _threads_and_loop(backend: PythonBackend, requests: int = 80) -> tuple[DirectScheduler, str]:
+    """The scheduler after ``requests`` requests one by one, and the name of the loop's thread."""
     scheduler = DirectScheduler([backend], ModelStats("rec", 1))
+    assert not scheduler.runs_inline_now  # unmeasured: never inline
     x = {"x": np.zeros(1, np.float32)}
 
     async def drive() -> str:
@@ -63,16 +65,17 @@ def _threads_and_loop(backend: PythonBackend, requests: int = 80) -> tuple[list[
     finally:
         scheduler.close()
         backend.unload()
-    return list(backend.model.threads if backend.model else []), loop_thread
+    return scheduler, loop_thread
 
 
 def test_a_declared_model_moves_onto_the_loop_once_measured_fast(tmp_path: Path) -> None:
     backend = _backend(tmp_path, declared="true")
     assert backend.never_blocks
     model = backend.model
-    _, loop_thread = _threads_and_loop(backend)
+    scheduler, loop_thread = _threads_and_loop(backend)
     assert model.threads[0] != loop_thread  # unmeasured: the worker thread first
     assert model.threads[-1] == loop_thread  # measured fast: inline, no thread hop
+    assert scheduler.runs_inline_now  # what lets the data plane skip the per-request timeout
 
 
 @pytest.mark.parametrize("declared", [None, "0", "false"])
@@ -80,8 +83,9 @@ def test_an_undeclared_model_never_runs_on_the_loop(tmp_path: Path, declared: st
     backend = _backend(tmp_path, declared=declared)
     assert not backend.never_blocks
     model = backend.model
-    _, loop_thread = _threads_and_loop(backend)
+    scheduler, loop_thread = _threads_and_loop(backend)
     assert model.threads and loop_thread not in model.threads
+    assert not scheduler.runs_inline_now
 
 
 def test_an_async_execute_is_never_taken_as_non_blocking(tmp_path: Path) -> None:
