@@ -183,7 +183,8 @@ class Backend(ABC):
     #: set theirs here so that tools writing configs (``servelab select``) find it by backend name.
     parameters: ClassVar[type[ModelParameters] | None] = None
     #: True when a call never waits on anything but the CPU (no sleep, lock, socket or queue), so
-    #: the event loop may run a short one itself. Runtimes declare it; user code (python) never does.
+    #: the event loop may run a short one itself. Runtimes declare it; a python model only through its
+    #: author's parameter ``execute_never_blocks`` (backends/parameters.py PythonParameters).
     never_blocks: bool = False
 
     def __init__(self, ctx: BackendContext) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "ModelParameters",
     "OnnxRuntimeParameters",
     "OpenVinoParameters",
+    "PythonParameters",
     "SchedulerParameters",
     "TensorFlowParameters",
     "TensorRTParameters",
@@ -335,6 +336,24 @@ class TorchServeHandlerParameters(ModelParameters):
         return str(version)
 
 
+class PythonParameters(ModelParameters):
+    """A python model (backends/python.py): what its author declares about ``execute``."""
+
+    reader: ClassVar[str] = "python backend"
+
+    never_blocks: bool = Field(
+        False, alias="execute_never_blocks",
+        description=(
+            "execute() only computes: no sleep, I/O, lock, queue or BLS call to a model that may block, and "
+            "it is safe to call from any thread. Its instances in threads (instance_mode thread) may then run "
+            "a fast request on the event loop itself (inline_execution_us), without the hop to a worker "
+            "thread. Ignored for async def execute, decoupled models and worker processes."
+        ),
+    )
+
+    _bool_never_blocks = field_validator("never_blocks", mode="before")(_bool)
+
+
 class SchedulerParameters(ModelParameters):
     """How a loaded version is scheduled (core/batching/factory.py, core/scheduling.py)."""
 
@@ -357,6 +376,7 @@ class SchedulerParameters(ModelParameters):
 BACKEND_PARAMETERS: dict[str, type[ModelParameters]] = {
     "onnxruntime": OnnxRuntimeParameters,
     "openvino": OpenVinoParameters,
+    "python": PythonParameters,
     "pytorch": TorchParameters,
     "tensorflow": TensorFlowParameters,
     "tensorrt": TensorRTParameters,

@@ -40,6 +40,7 @@ from servelab.backends.base import (
     StreamItem,
     StreamRequest,
 )
+from servelab.backends.parameters import ModelParameters, PythonParameters
 from servelab.backends.pb_utils import _runtime
 from servelab.backends.pb_utils._config import config_json
 from servelab.backends.pb_utils._errors import TritonError, to_servelab
@@ -86,6 +87,7 @@ class PythonBackend(Backend):
     platforms: ClassVar[tuple[str, ...]] = ()
     default_filename: ClassVar[str] = "model.py"
     releases_gil: ClassVar[bool] = False
+    parameters: ClassVar[type[ModelParameters] | None] = PythonParameters
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)
@@ -104,11 +106,15 @@ class PythonBackend(Backend):
     # ----- life -----
     def load(self) -> None:
         path = model_file(self.config, self.ctx.version_dir, self.default_filename)
+        declared = PythonParameters.read(self.config).never_blocks  # a bad value fails the load, naming it
         self._install_services()
         cls = self._import(path)
         self.model = cls()
-        if inspect.iscoroutinefunction(getattr(self.model, "execute", None)):
+        coroutine = inspect.iscoroutinefunction(getattr(self.model, "execute", None))
+        if coroutine:
             self._start_loop()
+        # the author's word (parameter execute_never_blocks); an async execute waits on its own loop
+        self.never_blocks = declared and not coroutine and not self.decoupled
         if hasattr(self.model, "initialize"):
             try:
                 self.model.initialize(self._initialize_args())

@@ -164,10 +164,13 @@ class DataPlane:
                            request.inputs, request.outputs)
         with call:  # records the answer, or the error
             t0 = time.perf_counter_ns()
+            scheduler = call.lv.scheduler
             try:
-                # asyncio.timeout, not wait_for: no extra task and loop turns for a model run inline
-                async with asyncio.timeout(self.request_timeout_s):
-                    outputs = await call.lv.scheduler.run_async(call.inputs, request.parameters)
+                if scheduler.runs_inline_now:  # nothing is awaited before it returns: no timeout could fire
+                    outputs = await scheduler.run_async(call.inputs, request.parameters)
+                else:  # asyncio.timeout, not wait_for: no extra task and loop turns
+                    async with asyncio.timeout(self.request_timeout_s):
+                        outputs = await scheduler.run_async(call.inputs, request.parameters)
             except TimeoutError:
                 raise Unavailable(
                     f"model '{request.model_name}' did not answer within {self.request_timeout_s:g} s"

@@ -147,6 +147,12 @@ class Scheduler(ABC):
         return False
 
     @property
+    def runs_inline_now(self) -> bool:
+        """Whether :meth:`run_async` called now would run the model on the loop without awaiting anything
+        (so a timeout around it could never fire); False where a scheduler does not know."""
+        return False
+
+    @property
     def available(self) -> bool:
         """False while no instance can take a request (every worker process is restarting)."""
         return not self._all_workers or any(w.available for w in self._isolated)
@@ -246,6 +252,10 @@ class DirectScheduler(Scheduler):
     @property
     def pending(self) -> int:
         return sum(w.queued for w in self._isolated)
+
+    @property
+    def runs_inline_now(self) -> bool:
+        return not self._all_workers and self._ewma_ns < self.inline_ns  # _run_async's first inline rule
 
     def _pick(self) -> Backend:
         """The next instance in turn, skipping worker processes that are restarting."""

@@ -37,7 +37,9 @@ TRITON_PLATFORMS = frozenset({
 #: backends whose models Triton completes without a config.pbtxt (its auto-complete)
 _AUTO_COMPLETES = frozenset({"onnxruntime", "tensorflow", "tensorrt"})
 #: parameters keys servelab reads that no Triton backend does (Triton ignores unknown keys)
-SERVELAB_PARAMETERS = frozenset({"instance_mode", "inline_execution_us", "idle_inline_execution_us", "execution_providers"})
+SERVELAB_PARAMETERS = frozenset({
+    "instance_mode", "inline_execution_us", "idle_inline_execution_us", "execution_providers", "execute_never_blocks",
+})  # fmt: skip
 _TORCH_NAME = re.compile(r"^.+__\d+$")
 
 

@@ -94,7 +94,9 @@ def test_write_then_read_round_trips_through_config_text() -> None:
 
 
 def test_every_runtime_backend_has_a_schema() -> None:
-    assert set(BACKEND_PARAMETERS) == {"onnxruntime", "openvino", "pytorch", "tensorflow", "tensorrt", "torchserve_handler"}
+    assert set(BACKEND_PARAMETERS) == {
+        "onnxruntime", "openvino", "python", "pytorch", "tensorflow", "tensorrt", "torchserve_handler"
+    }
     assert parameters_for("pytorch") is TorchParameters
     with pytest.raises(InvalidArgument, match="no parameter schema for backend 'jax'"):
         parameters_for("jax")

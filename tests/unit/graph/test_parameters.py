@@ -57,4 +57,4 @@ def test_plugin_schemas_are_found_by_backend_name_and_take_the_threads() -> None
     assert cfg.parameters["layers_threads"].string_value == "2" and cfg.parameters["runtime"].string_value == "openvino"
     assert FusedSageParameters.read(cfg).layers_threads == 2
     with pytest.raises(InvalidArgument, match="declares no parameter schema"):
-        backend_parameters("python")
+        backend_parameters("ensemble")  # python has one now (execute_never_blocks)

@@ -11,7 +11,7 @@
 from servelab.frontends.auth.door import Denial, Door, Requirement, build_door, is_loopback
 from servelab.frontends.auth.interceptor import DoorInterceptor, grpc_interceptors
 from servelab.frontends.auth.keys import AuthSetupError, Keys, load_keys
-from servelab.frontends.auth.rest import guard_routes
+from servelab.frontends.auth.rest import check_scope, guard_routes, route_requirement
 from servelab.frontends.auth.routes import GRPC_METHODS, LEVEL, REST_ROUTES, Level, UnclassifiedRoute
 from servelab.frontends.auth.tls import grpc_server_credentials, http_ssl_options
 
@@ -28,10 +28,12 @@ __all__ = [
     "Requirement",
     "UnclassifiedRoute",
     "build_door",
+    "check_scope",
     "grpc_interceptors",
     "grpc_server_credentials",
     "guard_routes",
     "http_ssl_options",
     "is_loopback",
     "load_keys",
+    "route_requirement",
 ]

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from servelab.frontends.auth.door import Denial, Door, Requirement
 from servelab.frontends.auth.routes import UnclassifiedRoute, rest_group
 
-__all__ = ["guard_routes", "http_exception"]
+__all__ = ["check_scope", "guard_routes", "http_exception", "route_requirement"]
 
 _REALM = 'Bearer realm="servelab"'
 
@@ -37,18 +37,35 @@ def guard_routes(routes: list[BaseRoute], door: Door | None) -> list[BaseRoute]:
 def _requirement(route: BaseRoute, door: Door) -> Requirement | None:
     if not isinstance(route, Route):
         raise UnclassifiedRoute(f"{route!r} is not a plain Route: the auth table cannot classify it")
-    groups = {rest_group(method, route.path) for method in route.methods or {"GET"}}
+    methods = sorted(route.methods or {"GET"})
+    groups = {rest_group(method, route.path) for method in methods}
     if len(groups) != 1:
-        raise UnclassifiedRoute(f"{route.path}: its methods {sorted(route.methods or ())} fall in different API groups")
-    group = groups.pop()
+        raise UnclassifiedRoute(f"{route.path}: its methods {methods} fall in different API groups")
+    return route_requirement(door, methods[0], route.path)
+
+
+def route_requirement(door: Door | None, method: str, path: str) -> Requirement | None:
+    """What the route ``method path`` (a Starlette path template) requires; ``None``: nothing to check.
+
+    Also for handlers served in front of the router (:mod:`servelab.frontends.rest.fast_infer`), so that
+    they are guarded by the same table and the same check as the route they stand for.
+    """
+    if door is None or not door.http:
+        return None
+    group = rest_group(method, path)
     return door.http.get(group) if group is not None else None
+
+
+def check_scope(requirement: Requirement, scope: Scope) -> None:
+    """Raise the refusal (:func:`http_exception`) when the request in ``scope`` does not meet ``requirement``."""
+    denial = requirement.check(Headers(scope=scope).get)
+    if denial is not None:
+        raise http_exception(denial)
 
 
 def _guarded(app: ASGIApp, requirement: Requirement) -> ASGIApp:
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        denial = requirement.check(Headers(scope=scope).get)
-        if denial is not None:
-            raise http_exception(denial)
+        check_scope(requirement, scope)
         await app(scope, receive, send)
 
     return guarded

@@ -327,4 +327,4 @@ def encode_infer(
     header = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return header, None
-    return header + b"".join(chunks), len(header)
+    return b"".join([header, *chunks]), len(header)  # one copy of the outputs, not two

@@ -21,6 +21,7 @@ from servelab.frontends.rest import (
     torchserve_management,
 )
 from servelab.frontends.rest.errors import install_error_handlers
+from servelab.frontends.rest.fast_infer import FastInfer
 from servelab.frontends.shared_memory import SharedMemory
 from servelab.metrics import render
 
@@ -55,9 +56,10 @@ def create_app(
     metrics_registry: CollectorRegistry,
     door: Door | None = None,
     shared_memory: SharedMemory | None = None,
-) -> Starlette:
+) -> FastInfer:
     """The HTTP port; ``door`` (keys, restricted APIs) guards the routes that need it; ``shared_memory`` holds
-    the regions clients register (the server's, shared with its gRPC port; a new one if not given)."""
+    the regions clients register (the server's, shared with its gRPC port; a new one if not given). The
+    inference route is served in front of the Starlette app (:mod:`.fast_infer`), the rest by it."""
     shared_memory = shared_memory if shared_memory is not None else SharedMemory()
     for ext in (*oip.EXTENSIONS, *shared_memory.extensions()):
         if ext not in dataplane.extensions:
@@ -68,7 +70,7 @@ def create_app(
     ]
     app = _app(routes, dataplane, settings, door=door)
     app.state.shared_memory = shared_memory
-    return app
+    return FastInfer(app, door)
 
 
 def create_management_app(dataplane: DataPlane, settings: ServerSettings, door: Door | None = None) -> Starlette:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 from starlette.applications import Starlette
@@ -21,7 +21,14 @@ from starlette.responses import Response
 from servelab.errors import ErrorCode, ServelabError
 from servelab.frontends.torchserve.wire import rest_json
 
-__all__ = ["HTTP_STATUS", "error_response", "http_status", "install_error_handlers", "torchserve_error_body"]
+__all__ = [
+    "HTTP_STATUS",
+    "error_response",
+    "handled_error",
+    "http_status",
+    "install_error_handlers",
+    "torchserve_error_body",
+]
 
 log = logging.getLogger("servelab.rest")
 
@@ -105,13 +112,28 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, message, _is_torchserve(request))
 
 
+_Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+#: exception class -> its handler; the most specific class in an exception's MRO wins, as in Starlette
+_HANDLERS: dict[type[Exception], _Handler] = {
+    ServelabError: _servelab_error,
+    HTTPException: _http_error,
+    Exception: _unexpected,
+}
+
+
 def install_error_handlers(app: Starlette, torchserve: bool = False) -> None:
     """Install the handlers; ``torchserve=True`` makes every error use TorchServe's body."""
     app.state.torchserve_errors = torchserve
-    handlers: dict[type[Exception], Callable[..., object]] = {
-        ServelabError: _servelab_error,
-        HTTPException: _http_error,
-        Exception: _unexpected,
-    }
-    for cls, handler in handlers.items():
-        app.add_exception_handler(cls, handler)  # type: ignore[arg-type]
+    for cls, handler in _HANDLERS.items():
+        app.add_exception_handler(cls, handler)
+
+
+async def handled_error(request: Request, exc: Exception) -> Response:
+    """The answer the app's handlers give to ``exc``, for code that runs in front of the app's middleware
+    (:mod:`servelab.frontends.rest.fast_infer`); ``request.app`` must be the app (its ``torchserve_errors``)."""
+    for cls in type(exc).__mro__:
+        handler = _HANDLERS.get(cls)
+        if handler is not None:
+            return await handler(request, exc)
+    return await _unexpected(request, exc)  # not reached: every Exception has Exception in its MRO

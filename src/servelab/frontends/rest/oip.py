@@ -74,6 +74,7 @@ async def infer(request: Request) -> Response:
     name, version = model_and_version(request)
     dp = dataplane(request)
     limits = settings(request).limits
+    regions = shared_memory(request)
     body = await read_body(request, limits.max_body_bytes)
     t0 = perf_counter_ns()
     header_length = request.headers.get(_HEADER_LENGTH)
@@ -84,15 +85,14 @@ async def infer(request: Request) -> Response:
         )
     else:
         decoded = await off_loop_if_large(
-            len(body), limits.offload_decode_bytes, decode_body, body, header_length, name, version, limits,
-            shared_memory(request),
+            len(body), limits.offload_decode_bytes, decode_body, body, header_length, name, version, limits, regions
         )
     t1 = perf_counter_ns()
     response = await dp.infer_async(decoded.request, request.headers)  # headers: a policy's sticky key
     t2 = perf_counter_ns()
     size = sum(t.data.nbytes for t in response.outputs)
     payload, json_length = await off_loop_if_large(
-        size, limits.offload_decode_bytes, encode_infer, response, decoded, shared_memory(request)
+        size, limits.offload_decode_bytes, encode_infer, response, decoded, regions
     )
     dp.record_wire(response, t1 - t0, perf_counter_ns() - t2)
     if json_length is None:
