@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -33,24 +34,53 @@ RESULTS_MD = HERE / "RESULTS.md"
 SECTION = "vs_triton"  # the section of RESULTS_MD this script writes
 MODELS = ("add_sub", "image_preprocess", "ort_inside")
 SERVERS = ("servelab", "triton")
+#: how servelab runs the python models: as a Triton user moves in (worker processes, the default), and with the
+#: models declared thread-safe and non-blocking through servelab-only config parameters (Triton ignores them and
+#: is given the untouched files): they then run on servelab's event loop
+SERVELAB_MODES = {
+    "process": "worker processes (default config)",
+    "inline": "instance_mode thread + execute_never_blocks (on the event loop)",
+}
+_INLINE_PARAMETERS = (
+    'parameters { key: "instance_mode" value { string_value: "thread" } }\n'
+    'parameters { key: "execute_never_blocks" value { string_value: "1" } }\n'
+)
 #: protocol -> (minimum servelab/Triton throughput, P99 must be no worse): issue #14's bars
 BARS = {"http": (1.0, True), "grpc": (0.8, False)}
 
 
+def _server_name(mode: str) -> str:
+    return "servelab" if mode == "process" else f"servelab-{mode}"
+
+
+def inline_copy(repo: Path, dest: Path) -> Path:
+    """``repo`` with each benchmarked model's config declaring it may run on the loop (model.py untouched)."""
+    shutil.copytree(repo, dest)
+    for model in MODELS:
+        config = dest / model / "config.pbtxt"
+        config.write_text(config.read_text().rstrip("\n") + "\n" + _INLINE_PARAMETERS)
+    return dest
+
+
 @contextmanager
-def _servers(repo: Path, peers_dir: Path, say: Any) -> Iterator[dict[str, Any]]:
-    """Both servers with all three models loaded; yields server name -> Endpoint."""
+def _servers(repo: Path, peers_dir: Path, modes: list[str], say: Any) -> Iterator[dict[str, Any]]:
+    """servelab (one server per mode) and Triton, all three models loaded; yields server name -> Endpoint."""
     from servelab.bench.peers.servelab_target import ServelabPeer
     from servelab.bench.peers.triton import TritonPeer
 
     loads = tuple(a for m in MODELS[1:] for a in ("--load-model", m))
     with ExitStack() as stack:
-        servelab = stack.enter_context(ServelabPeer(repo, MODELS[0], progress=say, extra_args=loads))
+        endpoints = {}
+        for mode in modes:
+            served = repo if mode == "process" else inline_copy(repo, repo.parent / f"models-{mode}")
+            peer = stack.enter_context(ServelabPeer(served, MODELS[0], progress=say, extra_args=loads))
+            endpoints[_server_name(mode)] = peer.start()
         triton = stack.enter_context(TritonPeer(peers_dir, progress=say))
         triton.install()
         for model in MODELS:
             triton.add_python_model(repo / model)
-        yield {"servelab": servelab.start(), "triton": triton.start()}
+        endpoints["triton"] = triton.start()
+        yield endpoints
 
 
 def _cell(pa: Any, endpoint: Any, model: str, protocol: str, concurrency: int, load: Any) -> dict[str, Any]:
@@ -67,7 +97,8 @@ def _cell(pa: Any, endpoint: Any, model: str, protocol: str, concurrency: int, l
 
 
 def measure(args: argparse.Namespace, say: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows, every run): each cell on servelab then Triton, ``rounds`` times over."""
+    """(rows, every run): each cell on every servelab mode and on Triton back to back, the order reversed on
+    odd rounds, ``rounds`` times over."""
     sys.path.insert(0, str(ROOT / "examples" / "triton_models"))
     from build_triton_models import build
 
@@ -82,15 +113,16 @@ def measure(args: argparse.Namespace, say: Any) -> tuple[list[dict[str, Any]], l
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="servelab-vs-triton-") as tmp:
         repo = build(Path(tmp) / "models")
-        with _servers(repo, args.peers_dir, say) as endpoints:
+        servers = [*(_server_name(m) for m in args.servelab_modes), "triton"]
+        with _servers(repo, args.peers_dir, args.servelab_modes, say) as endpoints:
             for rnd in range(args.rounds):
                 for model, protocol, conc in cells:
-                    for server in SERVERS:
+                    for server in servers if rnd % 2 == 0 else servers[::-1]:
                         got = _cell(pa, endpoints[server], model, protocol, conc, load)
                         run = {"round": rnd, "server": server, "model": model, "protocol": protocol, "concurrency": conc, **got}
                         print(json.dumps(run), flush=True)
                         runs.append(run)
-    return [_row(runs, m, p, c) for m, p, c in cells], runs
+    return [_row(runs, m, p, c, mode) for m, p, c in cells for mode in args.servelab_modes], runs
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -98,10 +130,12 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return ok[len(ok) // 2] if ok else None
 
 
-def _row(runs: list[dict[str, Any]], model: str, protocol: str, conc: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": conc}
+def _row(runs: list[dict[str, Any]], model: str, protocol: str, conc: int, mode: str = "process") -> dict[str, Any]:
+    """One cell for one servelab mode against Triton (keys ``servelab`` and ``triton`` whatever the mode)."""
+    row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": conc, "mode": mode}
     for server in SERVERS:
-        mine = [r for r in runs if (r["server"], r["model"], r["protocol"], r["concurrency"]) == (server, model, protocol, conc)]
+        name = _server_name(mode) if server == "servelab" else server
+        mine = [r for r in runs if (r["server"], r["model"], r["protocol"], r["concurrency"]) == (name, model, protocol, conc)]
         mid = _median(mine)
         row[server] = None if mid is None else {k: mid[k] for k in ("inferences_per_s", "p50_us", "p99_us", "server_rss_mb")}
         row[f"{server}_rounds"] = [r["inferences_per_s"] if r["ok"] else None for r in mine]
@@ -129,15 +163,21 @@ def results_markdown(doc: dict[str, Any]) -> str:
     from servelab.bench.results_md import markdown_table
 
     s = doc["settings"]
+    modes = s.get("servelab_modes", [])  # absent from documents written before the modes
     head = (
         f"perf_analyzer {doc['perf_analyzer']} against servelab and Triton {doc['triton']} (python backend) on the "
-        f"same model.py files, both servers up, each cell measured on servelab then Triton in each of "
-        f"{s['rounds']} rounds; windows of {s['measurement_interval_ms']} ms, stable within "
+        + (f"same model.py files, every server up for the whole run, each cell measured on each server back to back "
+           f"in each of {s['rounds']} rounds (the order reversed on odd rounds)" if "servelab_modes" in s else
+           f"same model.py files, both servers up, each cell measured on servelab then Triton in each of {s['rounds']} rounds")
+        + f"; windows of {s['measurement_interval_ms']} ms, stable within "
         f"{s['stability_percentage']:g}% in throughput and {_on(s)} latency, at most {s['max_trials']} windows; "
         f"median round by throughput. `ort_inside` runs onnxruntime inside the python model on both servers. "
         f"Bars (issue #14): HTTP >= 1.0x with P99 no worse, gRPC >= 0.8x.\n\n"
+        + "".join(f"- servelab `{m}`: {SERVELAB_MODES[m]}\n" for m in modes)
+        + ("  (Triton is given the untouched config.pbtxt files)\n" if "inline" in modes else "")
+        + ("\n" if modes else "")
     )
-    columns = ("model", "protocol", "c", "servelab infer/s", "servelab P99 us", "Triton infer/s", "Triton P99 us",
+    columns = ("model", "protocol", "c", *(("servelab mode",) if modes else ()), "servelab infer/s", "servelab P99 us", "Triton infer/s", "Triton P99 us",
                "servelab / Triton", "P99 ratio", "bar")  # fmt: skip
     cells = []
     for r in doc["rows"]:
@@ -145,9 +185,16 @@ def results_markdown(doc: dict[str, Any]) -> str:
         p99 = "-" if r["p99_ratio"] is None else f"{r['p99_ratio']:.2f}"
         bar = {None: "-", True: "met", False: "missed"}[r["meets_bar"]]
         cells.append((r["model"], r["protocol"].upper() if r["protocol"] == "http" else "gRPC", r["concurrency"],
-                      *_fig(r["servelab"]), *_fig(r["triton"]), ratio, p99, bar))  # fmt: skip
-    failed = [f"- {r['model']} {r['protocol']} c={r['concurrency']} {srv}: {len(r[f'{srv}_failures'])} round(s) "
-              f"not stable" for r in doc["rows"] for srv in SERVERS if r[f"{srv}_failures"]]  # fmt: skip
+                      *((r.get("mode", "process"),) if modes else ()), *_fig(r["servelab"]), *_fig(r["triton"]), ratio, p99, bar))  # fmt: skip
+    said: set[str] = set()
+    failed = []
+    for r in doc["rows"]:
+        for srv in SERVERS:
+            name = _server_name(r.get("mode", "process")) if srv == "servelab" else srv
+            line = f"- {r['model']} {r['protocol']} c={r['concurrency']} {name}: {len(r[f'{srv}_failures'])} round(s) not stable"
+            if r[f"{srv}_failures"] and line not in said:
+                said.add(line)
+                failed.append(line)
     return head + markdown_table(columns, cells) + ("\n" + "\n".join(failed) + "\n" if failed else "")
 
 
@@ -167,14 +214,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=_int_list, default=[1, 4, 16])
     parser.add_argument("--protocols", type=lambda t: t.split(","), default=["http", "grpc"])
     parser.add_argument("--models", type=lambda t: t.split(","), default=list(MODELS))
+    parser.add_argument("--servelab-modes", type=lambda t: t.split(","), default=list(SERVELAB_MODES),
+                        help=f"how servelab runs the python models, some of {list(SERVELAB_MODES)}")
     parser.add_argument("--peers-dir", type=Path, default=ROOT / ".peers")
     parser.add_argument("--out", type=Path, default=RESULTS)
     add_results_md_options(parser, SECTION, RESULTS_MD)
     args = parser.parse_args()
     if args.rounds < 1 or args.max_trials < 3 or args.measurement_interval_ms < 10 or not args.concurrency:
         parser.error("--rounds must be >= 1, --max-trials >= 3, --measurement-interval-ms >= 10, --concurrency non-empty")
-    if set(args.protocols) - set(BARS) or set(args.models) - set(MODELS):
-        parser.error(f"--protocols are among {sorted(BARS)}, --models among {list(MODELS)}")
+    if set(args.protocols) - set(BARS) or set(args.models) - set(MODELS) or set(args.servelab_modes) - set(SERVELAB_MODES):
+        parser.error(f"--protocols are among {sorted(BARS)}, --models among {list(MODELS)}, "
+                     f"--servelab-modes among {list(SERVELAB_MODES)}")  # fmt: skip
     from servelab.bench.peers._triton_install import TRITON_VERSION
     from servelab.bench.perf_analyzer import PA_VERSION
 
@@ -185,7 +235,7 @@ def main() -> None:
         "triton": TRITON_VERSION, "perf_analyzer": PA_VERSION,
         "settings": {"measurement_interval_ms": args.measurement_interval_ms, "stability_percentage": args.stability_percentage,
                      "max_trials": args.max_trials, "percentile": args.percentile, "rounds": args.rounds, "concurrency": args.concurrency,
-                     "protocols": args.protocols, "models": args.models},
+                     "protocols": args.protocols, "models": args.models, "servelab_modes": args.servelab_modes},
         "rows": rows, "runs": runs,
     }  # fmt: skip
     print(results_markdown(doc))
