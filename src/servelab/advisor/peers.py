@@ -115,7 +115,7 @@ def measure_peer(
                 progress(f"  {name} {level:,.0f}{'/s' if mode == 'request_rate' else ' conc'}: P99 {p.p99_ms:.2f} ms")
                 return p
 
-            search = search_rate(probe, measure.rate_steps, measure.closed_concurrency)
+            search = search_rate(probe, measure.rate_steps, measure.closed_concurrency, sla_p99_ms=measure.sla_p99_ms)
             return PeerRun(search, ep.extra.get("served_as", ""))
     except ServelabError as exc:
         return PeerRun(RateSearch(complete=False, error=f"{name} could not be measured: {exc.message}"))

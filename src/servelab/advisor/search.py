@@ -87,7 +87,8 @@ class Measurer:
             return p
 
         try:
-            search = search_rate(probe, self.settings.rate_steps, self.settings.closed_concurrency, incumbent)
+            search = search_rate(probe, self.settings.rate_steps, self.settings.closed_concurrency, incumbent,
+                                 self.settings.sla_p99_ms)
         except ServelabError as exc:
             search = RateSearch(complete=False, error=exc.message)
         return self._keep(c, search, started)

@@ -131,15 +131,38 @@ def measure_probe(target: TargetSpec, model: str, settings: MeasureSettings, mod
                  p99, errors, lv.server_rss_mb, ok, failure)  # fmt: skip
 
 
+#: a probe that kept up with its rate, without errors, whose P99 missed the SLA by less than this factor is
+#: measured once more before it is believed: one stall in a one-second window (a collection, a neighbour's
+#: burst on 2 shared cores) must not end a search that the configuration would have passed
+MARGINAL_P99 = 10.0
+
+
+def marginal(probe: Probe, sla_p99_ms: float) -> bool:
+    """A failed request-rate probe that kept up and missed the SLA narrowly: worth a second look."""
+    return (not probe.ok and probe.mode == "request_rate" and probe.errors == 0 and not probe.failure
+            and probe.achieved_rps >= KEEP_UP * probe.offered and probe.p99_ms <= MARGINAL_P99 * sla_p99_ms)  # fmt: skip
+
+
 def search_rate(
-    measure: Callable[[str, float], Probe], steps: int, concurrency: int, incumbent: float | None = None
+    measure: Callable[[str, float], Probe], steps: int, concurrency: int, incumbent: float | None = None,
+    sla_p99_ms: float | None = None,
 ) -> RateSearch:
-    """The highest request rate that passes; with ``incumbent``, stop early unless this beats it."""
+    """The highest request rate that passes; with ``incumbent``, stop early unless this beats it. With
+    ``sla_p99_ms``, a :func:`marginal` failure is measured once more and the second verdict kept (both
+    probes are recorded)."""
     out = RateSearch()
+
+    def probe_rate(rate: float) -> Probe:
+        got = measure("request_rate", rate)
+        out.probes.append(got)
+        if sla_p99_ms is not None and marginal(got, sla_p99_ms):
+            got = measure("request_rate", rate)
+            out.probes.append(got)
+        return got
+
     lo = 0.0
     if incumbent is not None and incumbent > 0:
-        first = measure("request_rate", incumbent * (1 + BEAT_MARGIN))
-        out.probes.append(first)
+        first = probe_rate(incumbent * (1 + BEAT_MARGIN))
         if not first.ok:
             out.complete = False
             return out
@@ -153,8 +176,7 @@ def search_rate(
         return out
     rate = max(lo, 0.8 * closed.achieved_rps) if lo < 0.8 * closed.achieved_rps else (lo + hi) / 2
     for _ in range(steps):
-        probe = measure("request_rate", rate)
-        out.probes.append(probe)
+        probe = probe_rate(rate)
         if probe.ok:
             lo = out.best_rate = max(out.best_rate, rate)
         else:

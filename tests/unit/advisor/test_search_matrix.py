@@ -12,7 +12,7 @@ from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid, parse_
 from servelab.advisor.inprocess import choose_batch
 from servelab.advisor.matrix import Constraints, Row, decide, load_qualitative, parse_weights
 from servelab.advisor.search import Measured, StartHints, batching_gain, quick_search, start_point
-from servelab.advisor.wire import Probe, RateSearch, search_rate
+from servelab.advisor.wire import Probe, RateSearch, marginal, search_rate
 from servelab.errors import InvalidArgument
 
 ORT = ArtefactRef("m_onnx_fp32", "onnxruntime", "fp32", 32)
@@ -113,6 +113,29 @@ def test_rate_search_bisects_to_the_sla_and_stops_early_against_a_better_incumbe
     assert full.complete and 820 <= full.best_rate <= 900
     early = search_rate(measure, steps=5, concurrency=16, incumbent=950.0)
     assert not early.complete and len(early.probes) == 1 and early.best_rate == 0
+
+
+def test_a_narrow_miss_is_measured_again_and_a_collapse_is_believed() -> None:
+    capacity, sla = 1000.0, 50.0
+    stalls = {700.0}  # the first probe at 700 req/s meets one stall: P99 80 ms though the server kept up
+
+    def measure(mode: str, level: float) -> Probe:
+        if mode == "concurrency":
+            return Probe(mode, level, capacity, 1.0, 8.0, 0, 100.0, True)
+        if level in stalls:
+            stalls.discard(level)
+            return Probe(mode, level, level, 1.0, 80.0, 0, 100.0, False)
+        return _probe(level, capacity, sla)
+
+    # an incumbent of 700 / 1.03 makes the first probe (the check against it) the stalled one
+    confirmed = search_rate(measure, steps=5, concurrency=16, incumbent=700.0 / 1.03, sla_p99_ms=sla)
+    assert confirmed.complete and 820 <= confirmed.best_rate <= 900
+    assert [p.ok for p in confirmed.probes[:2]] == [False, True]  # both probes recorded
+    stalls.add(700.0)
+    believed = search_rate(measure, steps=5, concurrency=16, incumbent=700.0 / 1.03)  # no SLA given: no retry
+    assert not believed.complete and len(believed.probes) == 1
+    collapse = Probe("request_rate", 900.0, 300.0, 1.0, 4000.0, 0, 100.0, False)  # did not keep up: no retry
+    assert not marginal(collapse, sla) and marginal(Probe("request_rate", 900.0, 890.0, 1.0, 80.0, 0, None, False), sla)
 
 
 def _row(label: str, rate: float, p99: float, rss: float, drop: float = 0.0, kind: str = "candidate") -> Row:
