@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ import numpy as np
 from servelab.advisor.configs import artefact_config, candidate_config, install_model
 from servelab.advisor.grid import Candidate
 from servelab.bench import InputSpec, LevelResult, LoadSpec, TargetSpec, measure_level, run_sweep
+from servelab.bench.net import http_status
 from servelab.bench.peers.servelab_target import ServelabPeer
 from servelab.errors import ServelabError
 
@@ -143,6 +146,37 @@ def marginal(probe: Probe, sla_p99_ms: float) -> bool:
             and probe.achieved_rps >= KEEP_UP * probe.offered and probe.p99_ms <= MARGINAL_P99 * sla_p99_ms)  # fmt: skip
 
 
+#: after a probe the server did not keep up with, wait (at most this long) until it has stopped executing the
+#: backlog that probe left: else the next probe, on the same server, meets that backlog and fails for it
+DRAIN_TIMEOUT_S = 15.0
+
+
+def executions(http_url: str, model: str) -> int | None:
+    """The model's successful inference count from the server's OIP statistics (None: no answer)."""
+    status, body = http_status(f"{http_url}/v2/models/{model}/stats", timeout_s=2.0)
+    if status != 200:
+        return None
+    try:
+        stats = json.loads(body)["model_stats"]
+        return sum(int(m["inference_stats"]["success"]["count"]) for m in stats)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def wait_drained(http_url: str, model: str, timeout_s: float = DRAIN_TIMEOUT_S, poll_s: float = 0.25) -> float:
+    """Wait until the server's execution count stops growing (two polls ``poll_s`` apart with no new
+    execution) or ``timeout_s`` passes; returns the seconds waited."""
+    started = time.monotonic()
+    last = executions(http_url, model)
+    while time.monotonic() - started < timeout_s:
+        time.sleep(poll_s)
+        now = executions(http_url, model)
+        if now is None or now == last:
+            break
+        last = now
+    return time.monotonic() - started
+
+
 def search_rate(
     measure: Callable[[str, float], Probe], steps: int, concurrency: int, incumbent: float | None = None,
     sla_p99_ms: float | None = None,
@@ -214,6 +248,11 @@ class Served:
             self._stack.close()
             raise
         return self
+
+    @property
+    def http_url(self) -> str:
+        """The server's HTTP port (its statistics answer there whatever the front door measured)."""
+        return str(self.endpoint.extra["http"])  # type: ignore[attr-defined]
 
     def target(self, front_door: str) -> TargetSpec:
         ep = self.endpoint
