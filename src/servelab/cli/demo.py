@@ -144,7 +144,7 @@ def demo(
         except ImportError:
             console.print("[yellow]servelab compare is not available in this build; skipping[/]")
             return
-        demo_compare(repo)
+        demo_compare(repo, out=console)
 
 
 def register(app: typer.Typer) -> None:
