@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _triton_example_models as models
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRRORS = Path("/work/.mirror")
+#: clones of Triton's repositories, one folder each as ``<owner>+<name>/repo`` (or pass the paths as flags)
+MIRRORS = ROOT / ".mirrors"
 EXAMPLES = "src/python/examples"
 PORTS = (8000, 8001)
 TIMEOUT_S = 180.0

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-MIRRORS = Path("/work/.mirror")
+#: clones of Triton's repositories, one folder each as ``<owner>+<name>/repo`` (or pass the paths as flags)
+MIRRORS = ROOT / ".mirrors"
 PYTHON_BACKEND = "triton-inference-server+python_backend"
 SERVER = "triton-inference-server+server"
 START_TIMEOUT_S = 240.0
@@ -308,7 +309,7 @@ Python 3.11 with numpy 1.26 and onnxruntime, without torch). PASS means the clie
 its PASS line. Passing here: {summary}.
 
 Regenerate with `PYTHONPATH=src python tools/triton_examples.py` (a few minutes; needs the fetched
-repositories under /work/.mirror and Triton under .peers/).
+repositories under .mirrors/ (`<owner>+<name>/repo`, or `--mirrors DIR`) and Triton under .peers/).
 
 {table(results, servers)}
 """
