@@ -4,6 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 REPO   := examples/repository
+# the example models select_vs_exhaustive runs in `make bench`: credit and graphsage take ~35 min together here;
+# resnet50 and text add ~2 h each (full exhaustive grids of ~216 points): make bench SELECT_MODELS=credit,resnet50,text,graphsage
+SELECT_MODELS ?= credit,graphsage
 
 .PHONY: help venv demo test test-fast lint bench clean browser prometheus
 
@@ -68,7 +71,7 @@ bench: $(STAMP) $(REPO)/.built
 	$(VENV)/bin/servelab compare mlp --repo $(REPO) --targets servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver,mlserver@grpc --batch-sizes 1,32 --concurrency 8 --rounds 3 --baseline inprocess-ort --output benchmarks/results/compare.json --html out/compare.html --results-md benchmarks/RESULTS.md
 	$(PY) benchmarks/vs_triton.py
 	$(PY) benchmarks/ray_overhead.py
-	$(PY) benchmarks/select_vs_exhaustive.py
+	$(PY) benchmarks/select_vs_exhaustive.py --models $(SELECT_MODELS)
 	test -f out/graphs/g1m/manifest.json || $(VENV)/bin/servelab graph synth --nodes 1000000 --out out/graphs/g1m
 	$(PY) benchmarks/graph_sampler.py --graph-dir out/graphs/g1m
 	test -f out/models/sage/meta.json || $(VENV)/bin/servelab graph train out/graphs/g1m --out out/models/sage
