@@ -81,7 +81,8 @@ def build_repo(root: Path, delay_us: int) -> Path:
     }
     for name, extra in models.items():
         (root / "repo" / name / "1").mkdir(parents=True)
-        (root / "repo" / name / "1" / "model.onnx").symlink_to(model)
+        # a hard link, not a symlink: the server refuses a model file that resolves outside its model's folder
+        os.link(model, root / "repo" / name / "1" / "model.onnx")
         (root / "repo" / name / "config.pbtxt").write_text(f'name: "{name}"\n' + head + extra)
     return root / "repo"
 
@@ -132,7 +133,7 @@ def start_server(repo: Path, log: Path) -> tuple[subprocess.Popen[bytes], dict[s
             pass
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("server not ready in 120 s")
+    raise RuntimeError(f"server not ready in 120 s: {log.read_text()[-2000:]}")
 
 
 def batch_sizes(metrics_port: int) -> dict[str, dict[str, float]]:

@@ -40,7 +40,8 @@ def _inputs(name: str, batch: int) -> dict[str, np.ndarray]:
 
 def measure(engine: Engine, name: str, batch: int, calls: int) -> dict[str, float]:
     inputs = _inputs(name, batch)
-    session = engine.dataplane.registry.get(name).instances[0].session  # the Engine's own session
+    versions = engine.dataplane.registry.serving(name)
+    session = versions[max(versions)].instances[0].session  # the Engine's own session
     bare = np.empty(calls, dtype=np.int64)
     eng = np.empty(calls, dtype=np.int64)
     for _ in range(1000):  # warm both paths
