@@ -22,13 +22,11 @@ from typing import Any, BinaryIO
 
 from servelab.bench.clients import make_client
 from servelab.bench.inputs import Request
-from servelab.bench.loadgen import WorkerPlan, run_worker
+from servelab.bench.loadgen import WorkerPlan, open_loop_senders, run_worker
 from servelab.bench.specs import TargetSpec
 from servelab.bench.stats import WindowStats
 
-__all__ = [
-    "OPEN_LOOP_CONNECTIONS", "Event", "LevelJob", "child_main", "client_connections", "run_level_events", "split_plan",
-]
+__all__ = ["Event", "LevelJob", "child_main", "client_connections", "run_level_events", "split_plan"]
 
 # A worker process is the load generator's own program: it sets its gRPC client's switches itself.
 _CHILD = (
@@ -76,21 +74,10 @@ def split_plan(plan: WorkerPlan, workers: int) -> list[WorkerPlan]:
     return [p for p in plans if p.request_count != 0]
 
 
-#: connections (HTTP) an open-loop worker keeps at most; requests past them wait in the client, their wait
-#: counted in their latency. Without a cap, a rate past the server's capacity made the client open a new
-#: connection for every late request (up to max_inflight, 2048 in ``servelab select``): connection set-up on
-#: both sides of 2 shared cores then ate the server's capacity, and a probe a few percent past capacity
-#: served a sixth of it (credit over REST: 1,876 req/s offered, 282 served, the server idle right after).
-#: 64 is the closed-loop concurrency the load generator's own ceiling is measured at (sweep._ceiling_load).
-OPEN_LOOP_CONNECTIONS = 64
-
-
 def client_connections(plan: WorkerPlan) -> int:
-    """How many requests one worker's client carries at once: the concurrency in a closed loop; in an
-    open loop ``max_inflight`` requests may be outstanding, but at most OPEN_LOOP_CONNECTIONS on the wire."""
-    if plan.mode == "concurrency":
-        return max(1, int(plan.level))
-    return max(1, min(plan.max_inflight, OPEN_LOOP_CONNECTIONS))
+    """How many requests one worker's client carries at once: the concurrency in a closed loop, the senders
+    (:func:`servelab.bench.loadgen.open_loop_senders`) in an open loop."""
+    return max(1, int(plan.level)) if plan.mode == "concurrency" else open_loop_senders(plan)
 
 
 async def _run_job(job: LevelJob, emit: Any, stop: asyncio.Event, on_measuring: Callable[[], None]) -> int:

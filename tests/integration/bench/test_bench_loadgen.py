@@ -15,8 +15,8 @@ import pytest
 
 from harness.models import unary_onnx
 from servelab.bench import InputSpec, LoadSpec, TargetSpec, measure_level, run_sweep
+from servelab.bench.loadgen import OPEN_LOOP_SENDERS
 from servelab.bench.nullserver import NullServer
-from servelab.bench.workers import OPEN_LOOP_CONNECTIONS
 
 FAKE = Path(__file__).with_name("bench_fake_oip_server.py")
 FAST_S, SLOW_S = 0.020, 0.080  # 90% / 10% of requests
@@ -210,10 +210,10 @@ def test_open_loop_counts_queueing_from_the_scheduled_send_time(mixture: FakeSer
     assert result.summary.histogram.percentile(99) > 0.3
 
 
-def test_open_loop_past_capacity_queues_in_the_client_on_a_bounded_set_of_connections() -> None:
-    # ~4,000/s offered to 80 ms requests (~320 would be in flight), up to 2,048 allowed in flight: the backlog waits in the client for
-    # one of at most OPEN_LOOP_CONNECTIONS connections (its wait counted in latency), instead of a new
-    # connection per late request, whose set-up on a 2-core machine collapsed what a real server could serve
+def test_open_loop_past_capacity_queues_arrivals_for_a_fixed_set_of_senders() -> None:
+    # ~4,000/s offered to 80 ms requests (~320 would be in flight), up to 2,048 allowed outstanding: the
+    # backlog waits in the worker for one of OPEN_LOOP_SENDERS senders, each on its own connection (its wait
+    # counted in latency), instead of a task (and a connection) per late arrival
     server = FakeServer("--delays", f"{SLOW_S}:1.0")
     try:
         load = LoadSpec(
@@ -225,7 +225,7 @@ def test_open_loop_past_capacity_queues_in_the_client_on_a_bounded_set_of_connec
     finally:
         server.stop()
     assert result.summary.completed == 800 and not result.errors
-    assert seen["peak_inflight"] <= OPEN_LOOP_CONNECTIONS
-    assert seen["connections"] <= OPEN_LOOP_CONNECTIONS
+    assert seen["peak_inflight"] <= OPEN_LOOP_SENDERS
+    assert seen["connections"] <= OPEN_LOOP_SENDERS
     # the backlog was real and is in the figures: 800 requests on 64 connections at 80 ms take >= 1 s
     assert result.summary.histogram.percentile(99) > 0.5
