@@ -22,11 +22,11 @@ from typing import Any, BinaryIO
 
 from servelab.bench.clients import make_client
 from servelab.bench.inputs import Request
-from servelab.bench.loadgen import WorkerPlan, run_worker
+from servelab.bench.loadgen import WorkerPlan, open_loop_senders, run_worker
 from servelab.bench.specs import TargetSpec
 from servelab.bench.stats import WindowStats
 
-__all__ = ["Event", "LevelJob", "child_main", "run_level_events", "split_plan"]
+__all__ = ["Event", "LevelJob", "child_main", "client_connections", "run_level_events", "split_plan"]
 
 # A worker process is the load generator's own program: it sets its gRPC client's switches itself.
 _CHILD = (
@@ -74,9 +74,14 @@ def split_plan(plan: WorkerPlan, workers: int) -> list[WorkerPlan]:
     return [p for p in plans if p.request_count != 0]
 
 
+def client_connections(plan: WorkerPlan) -> int:
+    """How many requests one worker's client carries at once: the concurrency in a closed loop, the senders
+    (:func:`servelab.bench.loadgen.open_loop_senders`) in an open loop."""
+    return max(1, int(plan.level)) if plan.mode == "concurrency" else open_loop_senders(plan)
+
+
 async def _run_job(job: LevelJob, emit: Any, stop: asyncio.Event, on_measuring: Callable[[], None]) -> int:
-    inflight = int(job.plan.level) if job.plan.mode == "concurrency" else job.plan.max_inflight
-    client = make_client(job.target, job.model, max(1, inflight))
+    client = make_client(job.target, job.model, client_connections(job.plan))
     client.prepare(job.requests)
     await client.start()
     try:

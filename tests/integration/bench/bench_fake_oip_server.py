@@ -3,7 +3,8 @@
 ``--delays 0.005:0.9,0.02:0.1`` sleeps 5 ms for 90% of infer requests and 20 ms for 10% (drawn from a
 seeded RNG); ``--drift-per-s 2`` multiplies every delay by ``1 + 2 * seconds since the first infer`` so
 that no two windows agree. It prints ``PORT <n>`` once bound to 127.0.0.1 port 0. ``GET /counter``
-returns how many infer requests arrived; ``/v2/models/{m}/stats`` reports the sleeps as queue time.
+returns how many infer requests arrived, the most that were in the server at once (``peak_inflight``) and
+over how many client connections (``connections``); ``/v2/models/{m}/stats`` reports the sleeps as queue time.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def _parse_delays(text: str) -> tuple[list[float], list[float]]:
 
 def make_app(delays: list[float], weights: list[float], drift_per_s: float, seed: int) -> web.Application:
     rng = random.Random(seed)
-    state = {"count": 0, "first": 0.0, "queue_ns": 0, "infer_ns": 0}
+    state = {"count": 0, "first": 0.0, "queue_ns": 0, "infer_ns": 0, "inflight": 0, "peak_inflight": 0}
+    peers: set[object] = set()
 
     async def server_meta(_req: web.Request) -> web.Response:
         return web.json_response(
@@ -49,8 +51,15 @@ def make_app(delays: list[float], weights: list[float], drift_per_s: float, seed
         if state["count"] == 0:
             state["first"] = now
         state["count"] += 1
+        state["inflight"] += 1
+        state["peak_inflight"] = max(state["peak_inflight"], state["inflight"])
+        if req.transport is not None:
+            peers.add(req.transport.get_extra_info("peername"))
         delay = rng.choices(delays, weights)[0] * (1.0 + drift_per_s * (now - state["first"]))
-        await asyncio.sleep(delay)
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            state["inflight"] -= 1
         state["queue_ns"] += int(delay * 1e9)
         t = time.perf_counter_ns()
         out = web.json_response({"model_name": req.match_info["model"], "outputs": []})
@@ -72,7 +81,8 @@ def make_app(delays: list[float], weights: list[float], drift_per_s: float, seed
         )
 
     async def counter(_req: web.Request) -> web.Response:
-        return web.json_response({"count": state["count"]})
+        return web.json_response({"count": state["count"], "peak_inflight": state["peak_inflight"],
+                                  "connections": len(peers)})
 
     app = web.Application()
     app.router.add_get("/v2", server_meta)

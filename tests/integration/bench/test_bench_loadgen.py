@@ -15,6 +15,7 @@ import pytest
 
 from harness.models import unary_onnx
 from servelab.bench import InputSpec, LoadSpec, TargetSpec, measure_level, run_sweep
+from servelab.bench.loadgen import OPEN_LOOP_SENDERS
 from servelab.bench.nullserver import NullServer
 
 FAKE = Path(__file__).with_name("bench_fake_oip_server.py")
@@ -39,9 +40,12 @@ class FakeServer:
         with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=10) as resp:
             assert resp.status == 200
 
-    def count(self) -> int:
+    def counters(self) -> dict[str, int]:
         with urllib.request.urlopen(f"{self.url}/counter", timeout=5) as resp:
-            return int(json.load(resp)["count"])
+            return {k: int(v) for k, v in json.load(resp).items()}
+
+    def count(self) -> int:
+        return self.counters()["count"]
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -204,3 +208,24 @@ def test_open_loop_counts_queueing_from_the_scheduled_send_time(mixture: FakeSer
     assert result.summary.completed == 60
     assert result.summary.histogram.percentile(50) > 0.1
     assert result.summary.histogram.percentile(99) > 0.3
+
+
+def test_open_loop_past_capacity_queues_arrivals_for_a_fixed_set_of_senders() -> None:
+    # ~4,000/s offered to 80 ms requests (~320 would be in flight), up to 2,048 allowed outstanding: the
+    # backlog waits in the worker for one of OPEN_LOOP_SENDERS senders, each on its own connection (its wait
+    # counted in latency), instead of a task (and a connection) per late arrival
+    server = FakeServer("--delays", f"{SLOW_S}:1.0")
+    try:
+        load = LoadSpec(
+            mode="request_rate", levels=(4000,), max_inflight=2048, request_count=800, warmup_requests=0,
+            measurement_interval_ms=200,
+        )  # fmt: skip
+        result = run_sweep(_target(server), "m", load, InputSpec(), measure_ceiling=False).levels[0]
+        seen = server.counters()
+    finally:
+        server.stop()
+    assert result.summary.completed == 800 and not result.errors
+    assert seen["peak_inflight"] <= OPEN_LOOP_SENDERS
+    assert seen["connections"] <= OPEN_LOOP_SENDERS
+    # the backlog was real and is in the figures: 800 requests on 64 connections at 80 ms take >= 1 s
+    assert result.summary.histogram.percentile(99) > 0.5
