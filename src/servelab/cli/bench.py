@@ -128,8 +128,8 @@ def bench(
     warmup_requests: Annotated[int, typer.Option(help="Requests sent before measuring, per level.")] = 10,
     workers: Annotated[int, typer.Option(help="Load-generator processes (each its own event loop).")] = 1,
     max_inflight: Annotated[int, typer.Option(
-        help="Open loop: cap on requests in flight (over HTTP at most 64 a worker on the wire; the rest wait in "
-        "the client, the wait counted in their latency).")] = 512,
+        help="Open loop: cap on requests outstanding, sent or due; at most 64 a worker are on the wire, the rest "
+        "wait in the worker, the wait counted in their latency.")] = 512,
     max_level_s: Annotated[float, typer.Option(help="Hard time limit per level, seconds.")] = 120.0,
     timeout_s: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 30.0,
     server_pid: Annotated[int | None, typer.Option(help="Report this process's RSS (plus children).")] = None,
