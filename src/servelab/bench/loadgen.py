@@ -2,9 +2,9 @@
 
 Closed loop keeps ``concurrency`` requests in flight. Open loop sends at ``rate`` per second (constant
 or Poisson gaps) from a fixed set of senders and times each request from its *scheduled* send time, so a
-server (or client) that falls behind shows up as latency instead of silently lowering the offered load. Every completed window
-is handed to ``emit``; the caller decides when to stop by setting ``stop``. A worker never sends more
-than ``request_count`` requests (when given) nor runs longer than ``max_s``.
+server (or client) that falls behind shows up as latency instead of silently lowering the offered load.
+Every completed window is handed to ``emit``; the caller decides when to stop by setting ``stop``. A worker
+never sends more than ``request_count`` requests (when given) nor runs longer than ``max_s``.
 """
 
 from __future__ import annotations
@@ -132,8 +132,8 @@ async def _closed_loop(
 #: arrivals outstanding in all. A task per arrival (as before) made a rate just past the server's capacity
 #: collapse: each late arrival's task woke, found no free connection and slept again, the loop's ready
 #: queue filled with them, and a connection freed by an answer stayed idle behind them (credit over REST:
-#: 7,325 req/s offered, 571 served, the server idle). 64 is the closed-loop concurrency the load generator's
-#: own ceiling is measured at (sweep._ceiling_load).
+#: 7,325 req/s offered, 571 served, the server idle). The load generator's own ceiling for an open-loop level
+#: is measured at this concurrency (sweep._ceiling_load).
 OPEN_LOOP_SENDERS = 64
 
 
@@ -149,7 +149,8 @@ async def _open_loop(
     gap = 1.0 / plan.level
     senders = open_loop_senders(plan)
     # (request index, scheduled send time); None tells a sender to stop. Outstanding arrivals (queued or on
-    # the wire) are at most max_inflight: past that the schedule waits, and its lateness is counted
+    # the wire) are at most max_inflight (one more when every one of them is a sender: a queue holds at least
+    # one): past that the schedule waits, and its lateness is counted
     due: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue(maxsize=max(1, plan.max_inflight - senders))
 
     async def sender() -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from servelab.bench.inputs import Request, TensorMeta, build_requests
-from servelab.bench.loadgen import WorkerPlan
+from servelab.bench.loadgen import OPEN_LOOP_SENDERS, WorkerPlan
 from servelab.bench.metadata import fetch_input_metas
 from servelab.bench.nullserver import NullServer
 from servelab.bench.results import LevelResult, SweepResult, is_stable, summarise_windows
@@ -175,8 +175,8 @@ def _level_result(
 
 
 def _ceiling_load(load: LoadSpec, level: float) -> tuple[LoadSpec, float]:
-    """Closed loop at the same concurrency (or 64 for open-loop levels), short windows."""
-    conc = level if load.mode == "concurrency" else float(min(64, load.max_inflight))
+    """Closed loop at the same concurrency (or, for open-loop levels, the open loop's senders), short windows."""
+    conc = level if load.mode == "concurrency" else float(min(OPEN_LOOP_SENDERS, load.max_inflight))
     short = replace(
         load, mode="concurrency", levels=(conc,), measurement_interval_ms=min(load.measurement_interval_ms, 500),
         window_requests=None, request_count=None, max_windows=3, warmup_requests=max(load.warmup_requests, 20),
