@@ -60,6 +60,7 @@ lint: $(STAMP)
 
 # Each script writes its JSON in benchmarks/results/ and its own marked section(s) of benchmarks/RESULTS.md
 # (tests/integration/bench/test_results_sections.py checks that every section there is written by a step here).
+# A missed bar is a FAIL in its section, not a failed step: a step fails only when it could not measure.
 bench: $(STAMP) $(REPO)/.built
 	$(PY) benchmarks/engine_overhead.py
 	$(PY) benchmarks/serving_overhead.py

@@ -11,7 +11,8 @@ The credit model must also hold P99 < 50 ms at 1,000 requests/s over REST. The G
 (three inputs with leading dimensions of their own): their grid has no batching dimension, and every request is
 one whole sampled block (``block.npz``).
 
-Writes ``benchmarks/results/select_vs_exhaustive.json`` and the marked section of ``benchmarks/RESULTS.md``.
+Writes ``benchmarks/results/select_vs_exhaustive.json`` and the marked section of ``benchmarks/RESULTS.md``
+(with ``--no-results-md``, the JSON goes under ``--out`` instead, leaving the committed pair alone).
 ``--smoke`` runs a tiny grid with short windows (a check that the script works, not a figure).
 """
 
@@ -208,8 +209,12 @@ def main() -> None:
     print(body)
     if args.smoke:  # a smoke run checks that the script runs: its figures are not results
         return
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    # the committed JSON goes with its RESULTS.md section: a --no-results-md experiment writes under --out
+    # (it used to overwrite the committed JSON, which then no longer rendered the section)
+    json_path = RESULTS if args.results_md is not None else args.out / RESULTS.name
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {json_path}")
     if args.results_md is not None:
         write_section(args.results_md, SECTION, body)
 

@@ -235,8 +235,7 @@ def main() -> None:
     console.print(_table(doc))
     console.print(results_markdown(doc).splitlines()[-1])
     write_results(doc, args.output, args.results_md, SECTION, results_markdown)
-    if not doc["result"]["pass"]:
-        raise SystemExit(1)
+    # a missed bar is the FAIL its section (printed above) states, not a failed step: make bench goes on
 
 
 if __name__ == "__main__":

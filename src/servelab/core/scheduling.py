@@ -200,6 +200,8 @@ class Scheduler(ABC):
 
 _DEFAULT_INLINE_US = 150
 _DEFAULT_IDLE_INLINE_US = 2000
+#: worker calls before the first probe on the loop, and the longest interval between probes (_probe)
+_FIRST_PROBE, _LAST_PROBE = 16, 4096
 #: per event loop: [requests awaiting a worker thread, last arrival ns]: "is anything else going on?"
 _LOOP_LOAD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[int]] = weakref.WeakKeyDictionary()
 
@@ -240,6 +242,11 @@ class DirectScheduler(Scheduler):
         if not self._never_blocks:
             self.inline_ns = self.idle_inline_ns = 0
         self._ewma_ns = float(10 * max(self.inline_ns, self.idle_inline_ns) + 1)
+        #: the same for the worker thread's CPU time (see _run_async's probe); and the worker calls left
+        #: until the next probe, with the interval that doubles after each probe that stays slow
+        self._cpu_ewma_ns = self._ewma_ns
+        self._probe_every = _FIRST_PROBE
+        self._until_probe = _FIRST_PROBE
         self._closed = False
         self._pool = ThreadPoolExecutor(
             max_workers=threads or len(backends), thread_name_prefix=f"infer-{stats.name}"
@@ -269,23 +276,31 @@ class DirectScheduler(Scheduler):
                 return backend
         return backend  # every one is down: its refusal says why
 
-    def _run(self, inputs: Inputs) -> Outputs:
+    def _run(self, inputs: Inputs, probe: bool = False) -> Outputs:
         self._enter()
         try:
-            return self._execute(inputs)
+            return self._execute(inputs, probe=probe)
         finally:
             self._leave()
 
-    def _execute(self, inputs: Inputs, submitted_ns: int = 0) -> Outputs:
+    def _execute(self, inputs: Inputs, submitted_ns: int = 0, probe: bool = False) -> Outputs:
         backend = self._pick()
+        if not submitted_ns:  # on the caller's thread: the loop, or a synchronous caller
+            return self._finish(backend.execute_timed([inputs]), inputs, probe)
+        cpu0 = time.thread_time_ns()
         executed = backend.execute_timed([inputs])
-        if submitted_ns:  # it waited for a thread of the pool
-            executed.queue_ns += time.perf_counter_ns() - submitted_ns - _executed_ns(executed)
+        cpu_ns = time.thread_time_ns() - cpu0
+        self._cpu_ewma_ns += (min(cpu_ns, executed.infer_ns) - self._cpu_ewma_ns) * 0.1
+        executed.queue_ns += time.perf_counter_ns() - submitted_ns - _executed_ns(executed)  # waited for a thread
         return self._finish(executed, inputs)
 
-    def _finish(self, executed: Executed, inputs: Inputs) -> Outputs:
-        # exponentially weighted execution time: decides whether the event loop may run the model itself
-        self._ewma_ns += (executed.infer_ns - self._ewma_ns) * 0.1
+    def _finish(self, executed: Executed, inputs: Inputs, probe: bool = False) -> Outputs:
+        # exponentially weighted execution time: decides whether the event loop may run the model itself;
+        # a probe run on the loop that was fast enough sets it (see _run_async)
+        if probe and executed.infer_ns < self.inline_ns:
+            self._ewma_ns = float(executed.infer_ns)
+        else:
+            self._ewma_ns += (executed.infer_ns - self._ewma_ns) * 0.1
         result = executed.results[0]
         if isinstance(result, ServelabError):
             raise result
@@ -311,6 +326,10 @@ class DirectScheduler(Scheduler):
         if idle and self._ewma_ns < self.idle_inline_ns:
             # Nothing in flight and no request for a while on this loop: nobody would wait for it.
             return self._run(inputs)
+        if self._cpu_ewma_ns < self.inline_ns:
+            self._until_probe -= 1
+            if self._until_probe <= 0:
+                return self._probe(inputs)
         state[0] += 1
         # in flight from submission, not from when a worker thread picks it up: a reload's drain must wait
         # for requests still queued in the pool (it used to close the pool under them: 500s mid-reload)
@@ -320,6 +339,24 @@ class DirectScheduler(Scheduler):
         finally:
             self._leave()
             state[0] -= 1
+
+    def _probe(self, inputs: Inputs) -> Outputs:
+        """Run one request on the loop to learn what the model costs there.
+
+        On a worker thread under load, a model's wall time includes taking the GIL back (up to the 5 ms
+        switch interval while the loop runs Python), so a fast model first called under load (a canary
+        version, a reload) never measured fast enough to go inline and stayed ~50x slower than the same model
+        warmed up on a quiet server (benchmarks/soak.py's identical canary, rolled back on P99). Its thread's
+        CPU time says it may be fast, not that it is (a GPU or OpenVINO call waits without using the CPU):
+        the loop's own wall time decides. A probe that is not fast doubles the interval to the next
+        (16 worker calls, then 32, ... up to 4,096), which bounds what mistaken probes cost the loop.
+        """
+        try:
+            return self._run(inputs, probe=True)
+        finally:
+            if not self.runs_inline_now:
+                self._probe_every = min(self._probe_every * 2, _LAST_PROBE)
+            self._until_probe = self._probe_every
 
     async def _in_pool(self, loop: asyncio.AbstractEventLoop, inputs: Inputs, submitted_ns: int) -> Outputs:
         """The pool's answer; Unavailable (never a RuntimeError or a stray cancellation) once it is closed."""

@@ -4,6 +4,7 @@ only backends that declare ``never_blocks`` ever run on the loop."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -105,3 +106,52 @@ def test_concurrent_requests_use_the_worker_when_the_model_is_not_tiny(tmp_path:
     # 60 in sequence let the measured time settle below the idle threshold; then back-to-back arrivals
     loop_thread = _drive(scheduler, 60, then_together=16, backend=backend)
     assert any(t != loop_thread for t in backend.threads)  # not idle: the worker
+
+
+class _SlowOffTheLoop(_Recorder):
+    """Fast on the event loop's thread, 1 ms of waiting (no CPU) on any other: a fast model whose worker-thread
+    wall time is mostly taking the GIL back from a busy loop."""
+
+    def load(self) -> None:
+        super().load()
+        self.loop_thread = ""
+
+    def infer(self, inputs: Inputs) -> Outputs:
+        if threading.current_thread().name != self.loop_thread:
+            time.sleep(0.001)
+        return super().infer(inputs)
+
+
+def _drive_named(scheduler: DirectScheduler, backend: _SlowOffTheLoop, n: int) -> str:
+    async def drive() -> str:
+        backend.loop_thread = threading.current_thread().name
+        for _ in range(n):
+            await scheduler.run_async({"x": np.zeros(1, np.float32)})
+        return backend.loop_thread
+
+    try:
+        return asyncio.run(drive())
+    finally:
+        scheduler.close()
+
+
+def test_a_fast_model_measured_slow_on_the_worker_is_probed_on_the_loop_and_moves_there(tmp_path: Path) -> None:
+    # the idle rule is off (a loaded server is never idle): only the probe can find that the model is fast
+    scheduler, backend = _scheduler(tmp_path, _SlowOffTheLoop, idle_inline_execution_us="0")
+    loop_thread = _drive_named(scheduler, backend, 150)
+    assert backend.threads[0] != loop_thread  # unmeasured: the worker thread first
+    assert backend.threads[-1] == loop_thread and scheduler.runs_inline_now
+    first = backend.threads.index(loop_thread)
+    assert set(backend.threads[first:]) == {loop_thread}  # once probed fast, it stays on the loop
+
+
+def test_a_model_that_waits_without_the_cpu_is_probed_ever_more_rarely(tmp_path: Path) -> None:
+    # a GPU or OpenVINO call: its thread's CPU time is small, its wall time on the loop is not
+    scheduler, backend = _scheduler(tmp_path, idle_inline_execution_us="0")
+    backend.delay_s = 0.001
+    loop_thread = _drive(scheduler, 400)
+    on_loop = [i for i, t in enumerate(backend.threads) if t == loop_thread]
+    assert 2 <= len(on_loop) <= 4, on_loop  # probes after 16, 32, 64, 128 ... worker calls, each one failing
+    gaps = [b - a for a, b in itertools.pairwise(on_loop)]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0], gaps
+    assert backend.threads[-1] != loop_thread and not scheduler.runs_inline_now
