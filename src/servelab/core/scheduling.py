@@ -242,9 +242,9 @@ class DirectScheduler(Scheduler):
         if not self._never_blocks:
             self.inline_ns = self.idle_inline_ns = 0
         self._ewma_ns = float(10 * max(self.inline_ns, self.idle_inline_ns) + 1)
-        #: the same for the worker thread's CPU time (see _run_async's probe); and the worker calls left
-        #: until the next probe, with the interval that doubles after each probe that stays slow
-        self._cpu_ewma_ns = self._ewma_ns
+        #: the same for the worker thread's CPU time, from its first sample (see _probe); and the worker calls
+        #: left until the next probe, with the interval that doubles after each probe that stays slow
+        self._cpu_ewma_ns: float | None = None
         self._probe_every = _FIRST_PROBE
         self._until_probe = _FIRST_PROBE
         self._closed = False
@@ -290,7 +290,8 @@ class DirectScheduler(Scheduler):
         cpu0 = time.thread_time_ns()
         executed = backend.execute_timed([inputs])
         cpu_ns = time.thread_time_ns() - cpu0
-        self._cpu_ewma_ns += (min(cpu_ns, executed.infer_ns) - self._cpu_ewma_ns) * 0.1
+        sample, ewma = min(cpu_ns, executed.infer_ns), self._cpu_ewma_ns
+        self._cpu_ewma_ns = sample if ewma is None else ewma + (sample - ewma) * 0.1
         executed.queue_ns += time.perf_counter_ns() - submitted_ns - _executed_ns(executed)  # waited for a thread
         return self._finish(executed, inputs)
 
@@ -326,7 +327,7 @@ class DirectScheduler(Scheduler):
         if idle and self._ewma_ns < self.idle_inline_ns:
             # Nothing in flight and no request for a while on this loop: nobody would wait for it.
             return self._run(inputs)
-        if self._cpu_ewma_ns < self.inline_ns:
+        if self._cpu_ewma_ns is not None and self._cpu_ewma_ns < self.inline_ns:
             self._until_probe -= 1
             if self._until_probe <= 0:
                 return self._probe(inputs)
