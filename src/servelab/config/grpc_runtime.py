@@ -4,8 +4,8 @@ grpcio 1.8x routes every socket read and write through its EventEngine thread po
 each way. Measured on the 2-core host with a do-nothing unary call (``ServerLive``) between two
 processes, P50 (benchmarks/grpc_event_engine.py, 2026-12-01, two make bench runs): 563 / 874 us with the
 defaults, 470 / 802 us with the server's EventEngine listener off, 379 / 668 us with the client's EventEngine
-client off, 321 / 569 us with both (1.75x / 1.54x; benchmarks/RESULTS.md, section grpc_event_engine). grpcio reads its
-experiment switches (``GRPC_EXPERIMENTS``) once, when it is imported, so the programs that own their
+client off, 321 / 569 us with both (1.75x / 1.54x; benchmarks/RESULTS.md, section grpc_event_engine). grpcio
+reads its experiment switches (``GRPC_EXPERIMENTS``) once, when it is imported, so the programs that own their
 process call :func:`disable_grpc_experiments` before that: the ``servelab`` command's ``main`` (servers
 and clients), the load generator's worker processes and the benchmark scripts. Importing a servelab
 module never does.

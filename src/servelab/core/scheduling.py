@@ -297,7 +297,7 @@ class DirectScheduler(Scheduler):
 
     def _finish(self, executed: Executed, inputs: Inputs, probe: bool = False) -> Outputs:
         # exponentially weighted execution time: decides whether the event loop may run the model itself;
-        # a probe run on the loop that was fast enough sets it (see _run_async)
+        # a probe run on the loop that was fast enough sets it (see _probe)
         if probe and executed.infer_ns < self.inline_ns:
             self._ewma_ns = float(executed.infer_ns)
         else:

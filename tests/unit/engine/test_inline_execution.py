@@ -117,33 +117,18 @@ class _SlowOffTheLoop(_Recorder):
     """Fast on the event loop's thread, 1 ms of waiting (no CPU) on any other: a fast model whose worker-thread
     wall time is mostly taking the GIL back from a busy loop."""
 
-    def load(self) -> None:
-        super().load()
-        self.loop_thread = ""
-
     def infer(self, inputs: Inputs) -> Outputs:
-        if threading.current_thread().name != self.loop_thread:
+        try:
+            asyncio.get_running_loop()  # on the loop's thread
+        except RuntimeError:
             time.sleep(0.001)
         return super().infer(inputs)
-
-
-def _drive_named(scheduler: DirectScheduler, backend: _SlowOffTheLoop, n: int) -> str:
-    async def drive() -> str:
-        backend.loop_thread = threading.current_thread().name
-        for _ in range(n):
-            await scheduler.run_async({"x": np.zeros(1, np.float32)})
-        return backend.loop_thread
-
-    try:
-        return asyncio.run(drive())
-    finally:
-        scheduler.close()
 
 
 def test_a_fast_model_measured_slow_on_the_worker_is_probed_on_the_loop_and_moves_there(tmp_path: Path) -> None:
     # the idle rule is off (a loaded server is never idle): only the probe can find that the model is fast
     scheduler, backend = _scheduler(tmp_path, _SlowOffTheLoop, idle_inline_execution_us="0")
-    loop_thread = _drive_named(scheduler, backend, 150)
+    loop_thread = _drive(scheduler, 150)
     assert backend.threads[0] != loop_thread  # unmeasured: the worker thread first
     assert backend.threads[-1] == loop_thread and scheduler.runs_inline_now
     first = backend.threads.index(loop_thread)
