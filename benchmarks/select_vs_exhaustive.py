@@ -14,7 +14,8 @@ The credit model must also hold P99 < 50 ms at 1,000 requests/s over REST. The G
 (three inputs with leading dimensions of their own): their grid has no batching dimension, and every request is
 one whole sampled block (``block.npz``).
 
-Writes ``benchmarks/results/select_vs_exhaustive.json`` and the marked section of ``benchmarks/RESULTS.md``
+Writes ``benchmarks/results/select_vs_exhaustive.json`` and the marked section of ``benchmarks/RESULTS.md``;
+rows of models this run does not measure are kept from the JSON already there, each with the command it ran
 (with ``--no-results-md``, the JSON goes under ``--out`` instead, leaving the committed pair alone).
 ``--smoke`` runs a tiny grid with short windows (a check that the script works, not a figure).
 """
@@ -172,15 +173,35 @@ def _verdict(row: dict[str, Any]) -> str:
     return "PASS" if ok else "FAIL"
 
 
+def _command(settings: dict[str, Any]) -> str:
+    return (f"python benchmarks/select_vs_exhaustive.py --models {settings['models']} --rounds {settings['rounds']} "
+            f"--window-ms {settings['window_ms']} --instances {settings['instances']} --threads {settings['threads']} "
+            f"--front-doors {settings['front_doors']}" + (f" --confirm-rounds {settings['confirm_rounds']}"
+                                                         if settings.get("confirm_rounds") is not None else ""))  # fmt: skip
+
+
+def _reduced(command: str) -> str:
+    full = "--instances 1,2 --threads 1,2 --front-doors rest,grpc"
+    return "" if full in command else f" (a reduced grid: the full one is `{full}`)"
+
+
+def _kept_rows(path: Path, models: list[str]) -> list[dict[str, Any]]:
+    """Rows of the committed JSON for models this run does not measure (each with the settings it was run
+    with), so that a run of one model does not drop the others' figures from the section."""
+    if not path.is_file():
+        return []
+    old = json.loads(path.read_text())
+    return [{**r, "settings": r.get("settings") or old["settings"]} for r in old["rows"] if r["model"] not in models]
+
+
 def results_markdown(doc: dict[str, Any]) -> str:
     """This script's section of RESULTS.md, from the JSON it wrote."""
-    rows, settings = doc["rows"], doc["settings"]
-    lines = [
-        f"Run as `python benchmarks/select_vs_exhaustive.py --models {settings['models']} --rounds {settings['rounds']} "
-        f"--window-ms {settings['window_ms']} --instances {settings['instances']} --threads {settings['threads']} "
-        f"--front-doors {settings['front_doors']}`"
-        + ("" if (settings["instances"], settings["threads"], settings["front_doors"]) == ("1,2", "1,2", "rest,grpc")
-           else " (a reduced grid: the full one is `--instances 1,2 --threads 1,2 --front-doors rest,grpc`)") + ".",
+    rows = doc["rows"]
+    runs: dict[str, list[str]] = {}  # each run's command line -> the models it measured (rows kept from earlier runs)
+    for r in rows:
+        runs.setdefault(_command(r.get("settings") or doc["settings"]), []).append(r["model"])
+    lines = [f"Run as `{cmd}`{_reduced(cmd)} ({', '.join(dict.fromkeys(models))})." for cmd, models in runs.items()]
+    lines += [
         "",
         "Same converted artefacts and grid for both; ranked by the highest request rate with P99 within the SLA; rounds "
         "alternate which runs first. Bars: pick within 5% of the exhaustive best, at most 25% of the grid measured, "
@@ -254,14 +275,19 @@ def main() -> None:
                 row |= _confirm(case, runs[False], runs[True], args.confirm_rounds)
             row["select_with_convert_s"] = row["select_s"] + convert_s
             rows.append(row)
-    doc = json.loads(json.dumps({"settings": args_for_json(args, ROOT), "rows": rows}, default=str))
+    settings = args_for_json(args, ROOT)
+    # the committed JSON goes with its RESULTS.md section: a --no-results-md experiment writes under --out
+    # (it used to overwrite the committed JSON, which then no longer rendered the section)
+    json_path = RESULTS if args.results_md is not None else args.out / RESULTS.name
+    kept = [] if args.smoke else _kept_rows(json_path, [r["model"] for r in rows])
+    rows = [{**r, "settings": settings} for r in rows]
+    order = list(_cases(args.out))
+    rows = sorted(kept + rows, key=lambda r: (order.index(r["model"]) if r["model"] in order else len(order), r["round"]))
+    doc = json.loads(json.dumps({"settings": settings, "rows": rows}, default=str))
     body = results_markdown(doc)
     print(body)
     if args.smoke:  # a smoke run checks that the script runs: its figures are not results
         return
-    # the committed JSON goes with its RESULTS.md section: a --no-results-md experiment writes under --out
-    # (it used to overwrite the committed JSON, which then no longer rendered the section)
-    json_path = RESULTS if args.results_md is not None else args.out / RESULTS.name
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {json_path}")
