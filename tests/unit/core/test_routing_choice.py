@@ -16,11 +16,11 @@ import pytest
 
 from servelab.core.routing import Gates, RolloutSpec, RoutingPolicy, RoutingStore
 from servelab.core.routing.choice import pick_random, pick_sticky, unit_hash
+from servelab.core.routing.gates import evaluate_gates
 from servelab.core.routing.policy import read_policy
 from servelab.core.routing.rollout import Rollout, RolloutState, Status
 from servelab.core.routing.shadow import ShadowPool
 from servelab.core.routing.store import ModelRouting
-from servelab.core.routing.gates import evaluate_gates
 from servelab.core.routing.windows import SideWindow, compare_outputs
 from servelab.errors import InvalidArgument
 
