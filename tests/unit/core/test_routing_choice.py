@@ -16,11 +16,12 @@ import pytest
 
 from servelab.core.routing import Gates, RolloutSpec, RoutingPolicy, RoutingStore
 from servelab.core.routing.choice import pick_random, pick_sticky, unit_hash
+from servelab.core.routing.gates import evaluate_gates
 from servelab.core.routing.policy import read_policy
 from servelab.core.routing.rollout import Rollout, RolloutState, Status
 from servelab.core.routing.shadow import ShadowPool
 from servelab.core.routing.store import ModelRouting
-from servelab.core.routing.windows import compare_outputs
+from servelab.core.routing.windows import SideWindow, compare_outputs
 from servelab.errors import InvalidArgument
 
 ARMS = ("stable", "canary")
@@ -131,9 +132,42 @@ def test_a_slower_candidate_is_rolled_back_with_the_p99_reason_even_when_paused(
     _feed(rollout, 20, 0.010, 0.0104)  # +4%: within the default 5%
     assert rollout.evaluate(now=1.0) is None
     _feed(rollout, 20, 0.010, 0.020)
-    decision = rollout.evaluate(now=1.0)
+    assert rollout.evaluate(now=1.0) is None  # 1.9x its bound: decided when the step ends, not on its first samples
+    gate = rollout.last_gates[1]
+    assert gate.passed is None and "decided when the step ends" in gate.detail
+    decision = rollout.evaluate(now=11.0)  # dwell time and requests reached (paused or not)
     assert decision is not None and decision.action == "rollback"
     assert "gate p99_ms failed" in decision.reason and "vs stable" in decision.reason
+
+
+def test_a_candidate_over_twice_its_p99_bound_is_rolled_back_before_the_step_ends() -> None:
+    rollout = _rollout()
+    _feed(rollout, 20, 0.010, 0.0215)  # bound 10.5 ms: 2.05x
+    decision = rollout.evaluate(now=1.0)
+    assert decision is not None and decision.action == "rollback" and "gate p99_ms failed" in decision.reason
+
+
+def test_the_p99_gate_compares_both_sides_over_the_same_span() -> None:
+    """A burst slowed both sides; stable's newest samples (its window holds 100) are all after it, the 5%
+    candidate's window still holds the burst. Over the same span both are fast: an identical candidate passes."""
+    stable, candidate = SideWindow(100), SideWindow(100)
+    for _ in range(50):  # the burst: both slow
+        stable.record(True, 0.020)
+        candidate.record(True, 0.020)
+    for i in range(200):  # quiet again: stable's window is now all quiet, the candidate's mostly burst
+        stable.record(True, 0.001)
+        if i % 20 == 0:
+            candidate.record(True, 0.001)
+    gates = Gates(min_samples=5)
+    whole = candidate.snapshot().p99_ms()
+    assert whole is not None and whole > 15  # what the gate compared before: 20 ms against stable's 1 ms
+    p99 = evaluate_gates(gates, stable.snapshot(), candidate.snapshot(), None)[1]
+    assert p99.passed is True and p99.value == pytest.approx(1.0) and "over the same" in p99.detail
+    candidate.record(True, 0.005)  # a slow answer of the candidate alone, within that span, still counts
+    for _ in range(9):
+        candidate.record(True, 0.001)
+    p99 = evaluate_gates(gates, stable.snapshot(), candidate.snapshot(), None)[1]
+    assert p99.passed is False and p99.value is not None and p99.value > 2
 
 
 def test_errors_and_wrong_outputs_fail_their_gates() -> None:

@@ -133,7 +133,8 @@ class RoutingPolicy(_Strict):
 
 
 class Gates(_Strict):
-    """What every step of a staged canary must show before it goes on; any failure rolls back at once."""
+    """What every step of a staged canary must show before it goes on; a failure rolls back (error rate and
+    agreement at once; P99, over the same span as stable, when the step ends or once over twice its bound)."""
 
     max_error_rate_increase: float = Field(
         0.01, ge=0, le=1, description="Candidate error rate at most the stable's plus this (server errors only).")

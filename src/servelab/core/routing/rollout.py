@@ -3,7 +3,8 @@
 :class:`RolloutState` is what survives a restart (sqlite, :mod:`servelab.core.routing.store`): the
 versions, the specification, the step it is at and why it ended. :class:`Rollout` adds the live
 windows of the current step and :meth:`Rollout.evaluate`, which the router calls a few times a
-second: a gate that fails rolls back at once, with its reason; when every gate passes and the step
+second: a gate that fails rolls back at once, with its reason (the P99 gate decides at the step's end unless far
+over its bound: servelab.core.routing.gates); when every gate passes and the step
 has its dwell time and requests, the rollout goes to the next step, or after the last one is
 promoted. After a restart the step resumes with empty windows and a fresh dwell timer, so no step is
 ever skipped (and 100% is reached only through the steps before it).
@@ -118,15 +119,17 @@ class Rollout:
         spec = self.state.spec
         return spec.shadow_sample if self.state.shadow_step else spec.agreement_sample
 
-    def gates(self) -> list[GateResult]:
-        return evaluate_gates(self.state.spec.gates, self.stable.snapshot(), self.candidate.snapshot(), self.comparison)
+    def gates(self, now: float | None = None) -> list[GateResult]:
+        final = self.step_done(time.monotonic() if now is None else now)
+        return evaluate_gates(self.state.spec.gates, self.stable.snapshot(), self.candidate.snapshot(), self.comparison,
+                              final)  # fmt: skip
 
     def evaluate(self, now: float | None = None) -> Decision | None:
         """Roll back on a failed gate (also when paused); advance or promote when the step is done."""
         if not self.state.status.active:
             return None
         now = time.monotonic() if now is None else now
-        self.last_gates = gates = self.gates()
+        self.last_gates = gates = self.gates(now)
         failed = [g for g in gates if g.passed is False]
         if failed:
             return Decision("rollback", "; ".join(f"gate {g.name} failed: {g.detail}" for g in failed))

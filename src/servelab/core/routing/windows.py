@@ -1,7 +1,8 @@
 """What the gates and the status read: live counts per variant, and comparisons of two versions' outputs.
 
 A :class:`SideWindow` is one variant during one rollout step (requests, server errors, serve times);
-a :class:`Comparison` is the same inputs run by two versions (difference distribution, top-1
+each serve time is kept with the monotonic time it was recorded, so the P99 gate compares two variants over
+the same span (both saw the same load); a :class:`Comparison` is the same inputs run by two versions (difference distribution, top-1
 agreement, both latencies, copies that failed or were shed). Both are filled from any thread (the
 event loop, shadow threads, ensemble steps) under a small lock and read by the evaluator a few times
 a second; serve times are the time in the model's scheduler (queue + compute), the same measure for
@@ -10,11 +11,13 @@ live requests and shadow copies.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +37,8 @@ class SideSnapshot:
     requests: int
     errors: int
     latencies_s: list[float]
+    #: ``time.monotonic()`` when each of ``latencies_s`` was recorded (same order, oldest first)
+    times_s: list[float] = field(default_factory=list)
 
     @property
     def error_rate(self) -> float:
@@ -41,6 +46,15 @@ class SideSnapshot:
 
     def p99_ms(self) -> float | None:
         return percentile_ms(self.latencies_s, 99)
+
+    @property
+    def first_s(self) -> float | None:
+        return self.times_s[0] if self.times_s else None
+
+    def since(self, start_s: float) -> SideSnapshot:
+        """The serve times recorded at or after ``start_s`` (counts unchanged)."""
+        i = bisect.bisect_left(self.times_s, start_s)
+        return SideSnapshot(self.requests, self.errors, self.latencies_s[i:], self.times_s[i:])
 
 
 class SideWindow:
@@ -51,6 +65,7 @@ class SideWindow:
         self.requests = 0
         self.errors = 0
         self._latencies: deque[float] = deque(maxlen=capacity)
+        self._times: deque[float] = deque(maxlen=capacity)
 
     def record(self, ok: bool, serve_s: float | None) -> None:
         with self._lock:
@@ -59,15 +74,17 @@ class SideWindow:
                 self.errors += 1
             elif serve_s is not None:
                 self._latencies.append(serve_s)
+                self._times.append(time.monotonic())
 
     def add_latency(self, serve_s: float) -> None:
         """A serve time that is not a live request of this variant (a shadow copy it answered)."""
         with self._lock:
             self._latencies.append(serve_s)
+            self._times.append(time.monotonic())
 
     def snapshot(self) -> SideSnapshot:
         with self._lock:
-            return SideSnapshot(self.requests, self.errors, list(self._latencies))
+            return SideSnapshot(self.requests, self.errors, list(self._latencies), list(self._times))
 
 
 def _max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
