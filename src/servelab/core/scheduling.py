@@ -202,6 +202,10 @@ _DEFAULT_INLINE_US = 150
 _DEFAULT_IDLE_INLINE_US = 2000
 #: worker calls before the first probe on the loop, and the longest interval between probes (_probe)
 _FIRST_PROBE, _LAST_PROBE = 16, 4096
+#: a run on the caller's thread slower than this many times ``inline_ns`` whose thread used less CPU than
+#: that waited (for the GIL back from another thread, or for a device): it counts this much, not its wall
+#: time, towards the typical execution (_finish)
+_WAITED_CAP = 4
 #: per event loop: [requests awaiting a worker thread, last arrival ns]: "is anything else going on?"
 _LOOP_LOAD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[int]] = weakref.WeakKeyDictionary()
 
@@ -247,6 +251,8 @@ class DirectScheduler(Scheduler):
         self._cpu_ewma_ns: float | None = None
         self._probe_every = _FIRST_PROBE
         self._until_probe = _FIRST_PROBE
+        #: this version's requests submitted to its pool and not yet answered (a probe waits for none)
+        self._pooled = 0
         self._closed = False
         self._pool = ThreadPoolExecutor(
             max_workers=threads or len(backends), thread_name_prefix=f"infer-{stats.name}"
@@ -286,7 +292,8 @@ class DirectScheduler(Scheduler):
     def _execute(self, inputs: Inputs, submitted_ns: int = 0, probe: bool = False) -> Outputs:
         backend = self._pick()
         if not submitted_ns:  # on the caller's thread: the loop, or a synchronous caller
-            return self._finish(backend.execute_timed([inputs]), inputs, probe)
+            cpu0 = time.thread_time_ns()
+            return self._finish(backend.execute_timed([inputs]), inputs, probe, cpu0)
         cpu0 = time.thread_time_ns()
         executed = backend.execute_timed([inputs])
         cpu_ns = time.thread_time_ns() - cpu0
@@ -295,13 +302,24 @@ class DirectScheduler(Scheduler):
         executed.queue_ns += time.perf_counter_ns() - submitted_ns - _executed_ns(executed)  # waited for a thread
         return self._finish(executed, inputs)
 
-    def _finish(self, executed: Executed, inputs: Inputs, probe: bool = False) -> Outputs:
+    def _finish(self, executed: Executed, inputs: Inputs, probe: bool = False, cpu0: int = 0) -> Outputs:
         # exponentially weighted execution time: decides whether the event loop may run the model itself;
         # a probe run on the loop that was fast enough sets it (see _probe)
-        if probe and executed.infer_ns < self.inline_ns:
-            self._ewma_ns = float(executed.infer_ns)
-        else:
-            self._ewma_ns += (executed.infer_ns - self._ewma_ns) * 0.1
+        infer_ns = executed.infer_ns
+        if probe and infer_ns < self.inline_ns:
+            self._ewma_ns = float(infer_ns)
+            return self._answer(executed, inputs)
+        cap = _WAITED_CAP * self.inline_ns
+        if cpu0 and infer_ns > cap and time.thread_time_ns() - cpu0 < cap:
+            # slow on the caller's thread without using the CPU: it waited. On a loop that shares the process
+            # with worker threads (another version in the pool), a run that releases the GIL may wait ms to
+            # take it back; counted in full, one such wait sent a fast canary off the loop (soak.py --rollout).
+            # A model that waits on every call (a device) still reaches the cap, above inline_ns, and leaves.
+            infer_ns = cap
+        self._ewma_ns += (infer_ns - self._ewma_ns) * 0.1
+        return self._answer(executed, inputs)
+
+    def _answer(self, executed: Executed, inputs: Inputs) -> Outputs:
         result = executed.results[0]
         if isinstance(result, ServelabError):
             raise result
@@ -329,9 +347,10 @@ class DirectScheduler(Scheduler):
             return self._run(inputs)
         if self._cpu_ewma_ns is not None and self._cpu_ewma_ns < self.inline_ns:
             self._until_probe -= 1
-            if self._until_probe <= 0:
+            if self._until_probe <= 0 and not self._pooled:  # not beside its own worker: that would slow it
                 return self._probe(inputs)
         state[0] += 1
+        self._pooled += 1
         # in flight from submission, not from when a worker thread picks it up: a reload's drain must wait
         # for requests still queued in the pool (it used to close the pool under them: 500s mid-reload)
         self._enter()
@@ -340,6 +359,7 @@ class DirectScheduler(Scheduler):
         finally:
             self._leave()
             state[0] -= 1
+            self._pooled -= 1
 
     def _probe(self, inputs: Inputs) -> Outputs:
         """Run one request on the loop to learn what the model costs there.

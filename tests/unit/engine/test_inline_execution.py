@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
 from servelab.core.scheduling import DirectScheduler
@@ -145,3 +146,57 @@ def test_a_model_that_waits_without_the_cpu_is_probed_ever_more_rarely(tmp_path:
     gaps = [b - a for a, b in itertools.pairwise(on_loop)]
     assert gaps == sorted(gaps) and gaps[-1] > gaps[0], gaps
     assert backend.threads[-1] != loop_thread and not scheduler.runs_inline_now
+
+
+def test_no_probe_runs_beside_the_versions_own_worker(tmp_path: Path) -> None:
+    """A probe beside a request of the same version on its worker thread measures the two fighting for the
+    GIL, not the model: the soak's stable version failed every probe so and stayed on the pool. Under a burst
+    (its worker always busy) no request runs on the loop; the next one alone is the probe, and it moves there."""
+    scheduler, backend = _scheduler(tmp_path, _SlowOffTheLoop, idle_inline_execution_us="0")
+    x = {"x": np.zeros(1, np.float32)}
+
+    async def drive() -> tuple[str, list[str], list[str]]:
+        for _ in range(5):  # one at a time, each on the worker (5 of the 16 calls before the first probe)
+            await scheduler.run_async(x)
+        backend.threads.clear()
+        await asyncio.gather(*(scheduler.run_async(x) for _ in range(100)))  # the probe falls due in here
+        burst = list(backend.threads)
+        backend.threads.clear()
+        await scheduler.run_async(x)
+        return threading.current_thread().name, burst, list(backend.threads)
+
+    try:
+        loop_thread, burst, after = asyncio.run(drive())
+    finally:
+        scheduler.close()
+    assert loop_thread not in burst and len(burst) == 100
+    assert after == [loop_thread] and scheduler.runs_inline_now
+
+
+class _WaitsNowAndThen(_Recorder):
+    """Fast; every 10th call waits 2 ms without the CPU (``busy``: computes 2 ms instead)."""
+
+    busy = False
+
+    def infer(self, inputs: Inputs) -> Outputs:
+        if len(self.threads) % 10 == 9:
+            self.wait_s, self.delay_s = (0.0, 0.002) if self.busy else (0.002, 0.0)
+        else:
+            self.wait_s = self.delay_s = 0.0
+        return super().infer(inputs)
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_an_inline_model_that_waits_now_and_then_stays_on_the_loop_one_that_computes_leaves(
+    tmp_path: Path, busy: bool
+) -> None:
+    """A wait on the loop (the GIL taken back from another thread, a device) counts at most 4x the inline
+    threshold; 2 ms of computing counts in full and sends the model to the worker at once."""
+    scheduler, backend = _scheduler(tmp_path, _WaitsNowAndThen, idle_inline_execution_us="0")  # probes decide
+    backend.busy = busy
+    loop_thread = _drive(scheduler, 100)
+    first = backend.threads.index(loop_thread)
+    if busy:
+        assert any(t != loop_thread for t in backend.threads[first:])  # left the loop after a busy call
+    else:
+        assert set(backend.threads[first:]) == {loop_thread} and scheduler.runs_inline_now
