@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from servelab.advisor.grid import ArtefactRef, Candidate, Grid
 from servelab.advisor.wire import (
-    KEEP_UP,
     MeasureSettings,
     Probe,
     RateSearch,
@@ -93,7 +92,7 @@ class Measurer:
             what = f"c={level:g}" if mode == "concurrency" else f"{level:,.0f}/s"
             verdict = "ok" if p.ok else "over SLA" if mode == "request_rate" else "-"
             self.progress(f"  {c.label} {what}: {p.achieved_rps:,.0f} req/s, P99 {p.p99_ms:.2f} ms {verdict}")
-            if mode == "request_rate" and p.achieved_rps < KEEP_UP * level:  # it left a backlog behind
+            if not p.keeps_up:  # it left a backlog behind
                 waited = wait_drained(served.http_url, served.name)
                 self.progress(f"  {c.label}: waited {waited:.1f} s for the backlog to drain")
             return p

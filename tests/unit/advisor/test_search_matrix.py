@@ -12,7 +12,14 @@ from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid, parse_
 from servelab.advisor.inprocess import choose_batch
 from servelab.advisor.matrix import Constraints, Row, decide, load_qualitative, parse_weights
 from servelab.advisor.search import Measured, StartHints, batching_gain, quick_search, start_point
-from servelab.advisor.wire import Probe, RateSearch, marginal, search_rate
+from servelab.advisor.wire import (
+    MIN_WINDOW_REQUESTS,
+    MeasureSettings,
+    Probe,
+    RateSearch,
+    marginal,
+    search_rate,
+)
 from servelab.errors import InvalidArgument
 
 ORT = ArtefactRef("m_onnx_fp32", "onnxruntime", "fp32", 32)
@@ -177,3 +184,20 @@ def test_the_in_process_batch_fits_the_run_for_slow_and_fast_models() -> None:
     assert choose_batch(0.030, 32, 0.5) == 5  # a ResNet-50 at 30 ms a row: what fits a third of the run
     assert choose_batch(0.160, 32, 0.5) == 4  # slower still: never below 4 rows ...
     assert choose_batch(0.160, 2, 0.5) == 2  # ... unless max_batch_size (or the data) has fewer
+
+
+def test_a_slow_models_windows_hold_enough_arrivals_and_keeping_up_is_judged_on_what_was_sent() -> None:
+    settings = MeasureSettings(1000.0, window_ms=1000)
+    assert settings.load("request_rate", 500.0).measurement_interval_ms == 1000  # a fast model: the window as set
+    slow = settings.load("request_rate", 5.0)  # a ResNet-50's rate: 5 arrivals a second would be a 1 s window
+    assert slow.measurement_interval_ms == 1000 * MIN_WINDOW_REQUESTS // 5
+    assert slow.max_level_s >= slow.measurement_interval_ms * slow.max_windows / 1000
+    assert settings.load("concurrency", 4).measurement_interval_ms == 1000
+    # the Poisson draw sent 4 where 6 a second were asked and the server answered all 4: it kept up ...
+    drawn_low = Probe("request_rate", 6.0, 4.0, 100.0, 1200.0, 0, None, False, kept_up=True)
+    assert drawn_low.keeps_up and marginal(drawn_low, 1000.0)
+    # ... while a server that answered a third of what it was sent did not, whatever the draw
+    behind = Probe("request_rate", 6.0, 5.5, 100.0, 1200.0, 0, None, False, kept_up=False)
+    assert not behind.keeps_up and not marginal(behind, 1000.0)
+    # a probe recorded without the sent count (older JSON) is judged on the nominal rate
+    assert not Probe("request_rate", 6.0, 4.0, 100.0, 1200.0, 0, None, False).keeps_up
