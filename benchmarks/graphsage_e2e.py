@@ -78,14 +78,15 @@ def run_e2e(
     server_env: dict[str, str],
     torchserve: TorchServeOptions | None = TorchServeOptions(),
     triton: TritonOptions | None = None,
+    fused_instances: int | None = None,
 ) -> list[E2ERow]:
     """Every servelab runtime over gRPC and REST binary, then the real Triton with the GraphSAGE python model
     (None: not run), real TorchServe (where installed; None: never) and the FastAPI baseline; ratios against
-    TorchServe and FastAPI."""
+    TorchServe and FastAPI. ``fused_instances``: ``sage_fused``'s instance count (None: the export's default)."""
     rows: list[E2ERow] = []
     for runtime in runtimes:
         repo = workdir / f"repo-{runtime}"
-        export_repository(model_dir, graph_dir, repo, runtime=runtime)
+        export_repository(model_dir, graph_dir, repo, runtime=runtime, fused_instances=fused_instances)
         print(f"serving {repo} ({runtime}) ...", flush=True)
         rows += servelab_rows(repo, runtime, queries, classes, load, workdir, server_env)
     if triton is not None:
@@ -296,6 +297,8 @@ def _main_args() -> Any:
     p.add_argument("--triton-instances", type=int, default=2,
                    help="Triton model instances (python stub processes): one per core here")  # fmt: skip
     p.add_argument("--triton-layers-threads", type=int, default=1, help="onnxruntime threads per Triton instance")
+    p.add_argument("--fused-instances", type=int, default=None,
+                   help="sage_fused's instance_group count (default: the one `servelab graph export` writes)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--results-md", type=Path, default=RESULTS.parent.parent / "RESULTS.md",
                    help="rewrite its sections (graphsage_e2e_tables.SECTIONS) of this file")  # fmt: skip
@@ -334,7 +337,8 @@ def main() -> None:
             print("in-process rows ...", flush=True)
             inproc = _in_process(args.model_dir, args.graph_dir, repo, queries, 300, args.duration_s)
         e2e = run_e2e(
-            args.model_dir, args.graph_dir, args.runtimes, queries, classes, load, Path(tmp), {}, ts, triton
+            args.model_dir, args.graph_dir, args.runtimes, queries, classes, load, Path(tmp), {}, ts, triton,
+            args.fused_instances,
         )
     found = comparisons(inproc, e2e)
     _print_comparisons(found, args.concurrency)

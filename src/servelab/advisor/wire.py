@@ -39,8 +39,10 @@ __all__ = ["MeasureSettings", "Probe", "RateSearch", "Served", "measure_probe", 
 Progress = Callable[[str], None]
 #: the share of the offered rate a server must complete for the probe to count as keeping up
 KEEP_UP = 0.85
-#: a request-rate window lasts long enough for this many arrivals (a ResNet-50 at 10 requests/s: 2 s windows)
+#: a request-rate window lasts long enough for this many arrivals (a ResNet-50 at 10 requests/s: 2 s windows) ...
 MIN_WINDOW_REQUESTS = 20
+#: ... but at most this many times ``window_ms`` (an INT8 ResNet-50 on one thread answers one image a second)
+MAX_WINDOW_FACTOR = 5
 #: how much a neighbour must beat the incumbent by before it is searched in full
 BEAT_MARGIN = 0.03
 
@@ -65,7 +67,8 @@ class MeasureSettings:
         """The measurement window of a level: ``window_ms``, longer at a rate too low to fill it."""
         if mode != "request_rate" or level <= 0:
             return self.window_ms
-        return max(self.window_ms, int(1000 * MIN_WINDOW_REQUESTS / level + 0.5))
+        wanted = int(1000 * MIN_WINDOW_REQUESTS / level + 0.5)
+        return max(self.window_ms, min(wanted, MAX_WINDOW_FACTOR * self.window_ms))
 
     def load(self, mode: str, level: float) -> LoadSpec:
         window_ms = self.window_ms_at(mode, level)
@@ -163,9 +166,10 @@ MARGINAL_P99 = 10.0
 
 
 def marginal(probe: Probe, sla_p99_ms: float) -> bool:
-    """A failed request-rate probe that kept up and missed the SLA narrowly: worth a second look."""
+    """A failed request-rate probe that kept up and missed the SLA narrowly: worth a second look. Not when
+    the median request missed it too: that is no stall but the configuration's speed."""
     return (not probe.ok and probe.mode == "request_rate" and probe.errors == 0 and not probe.failure
-            and probe.keeps_up and probe.p99_ms <= MARGINAL_P99 * sla_p99_ms)  # fmt: skip
+            and probe.keeps_up and probe.p99_ms <= MARGINAL_P99 * sla_p99_ms and probe.p50_ms <= sla_p99_ms)  # fmt: skip
 
 
 #: after a probe the server did not keep up with, wait (at most this long) until it has stopped executing the
@@ -205,7 +209,8 @@ def search_rate(
 ) -> RateSearch:
     """The highest request rate that passes; with ``incumbent``, stop early unless this beats it. With
     ``sla_p99_ms``, a :func:`marginal` failure is measured once more and the second verdict kept (both
-    probes are recorded)."""
+    probes are recorded), and a first failure whose median already misses the SLA is followed at once by a
+    light load (a tenth of capacity): if that fails too, the search ends there with no passing rate."""
     out = RateSearch()
 
     def probe_rate(rate: float) -> Probe:
@@ -231,15 +236,26 @@ def search_rate(
         out.error = closed.failure or "no request completed in the closed-loop run"
         return out
     rate = max(lo, 0.8 * closed.achieved_rps) if lo < 0.8 * closed.achieved_rps else (lo + hi) / 2
+    light = max(1.0, 0.1 * closed.achieved_rps)
+    light_tried = False
     for _ in range(steps):
         probe = probe_rate(rate)
         if probe.ok:
             lo = out.best_rate = max(out.best_rate, rate)
         else:
             hi = rate
+            if out.best_rate == 0.0 and not light_tried and sla_p99_ms is not None and probe.p50_ms > sla_p99_ms:
+                # the median request missed the SLA: ask at once whether a light load meets it at all (a
+                # configuration that cannot is done after one more probe, not after every bisection step)
+                light_tried = True
+                first_light = measure("request_rate", light)
+                out.probes.append(first_light)
+                if not first_light.ok:
+                    return out
+                lo = out.best_rate = first_light.offered
         rate = (lo + hi) / 2
-    if out.best_rate == 0.0:  # nothing passed near capacity: does a light load meet the SLA at all?
-        probe = measure("request_rate", max(1.0, 0.1 * closed.achieved_rps))
+    if out.best_rate == 0.0 and not light_tried:  # nothing passed near capacity: does a light load pass?
+        probe = measure("request_rate", light)
         out.probes.append(probe)
         if probe.ok:
             out.best_rate = probe.offered

@@ -131,8 +131,9 @@ def ensemble_config(features: int, hidden: int, classes: int) -> mc.ModelConfig:
 
 
 def fused_config(runtime: str, graph_dir: str, features: int, hidden: int, classes: int,
-                  fanouts: tuple[int, int]) -> mc.ModelConfig:  # fmt: skip
-    """``sage_fused``: the ``graphsage`` backend over the dense graph, same inputs and outputs as ``sage``."""
+                  fanouts: tuple[int, int], instances: int | None = None) -> mc.ModelConfig:  # fmt: skip
+    """``sage_fused``: the ``graphsage`` backend over the dense graph, same inputs and outputs as ``sage``;
+    ``instances``: an ``instance_group`` of that many CPU instances (None: none written, the server's default)."""
     cfg = mc.ModelConfig(
         name=FUSED_MODEL, backend="graphsage", max_batch_size=0, default_model_filename="model.onnx"
     )
@@ -141,6 +142,10 @@ def fused_config(runtime: str, graph_dir: str, features: int, hidden: int, class
     # the dense graph is ONNX: OpenVINO reads it directly; torch layers fall back to ONNX Runtime here
     dense_runtime = "openvino" if runtime == "openvino" else "onnxruntime"
     FusedSageParameters(graph_dir=graph_dir, fanouts=fanouts, runtime=dense_runtime).write(cfg)
+    if instances is not None:
+        if instances < 1:
+            raise ValueError(f"instances must be at least 1, got {instances}")
+        cfg.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_CPU)
     return cfg
 
 

@@ -105,7 +105,8 @@ def export_artifact(model: SageLayers, runtime: str, out_dir: Path) -> Path:
 
 
 def export_repository(
-    model_dir: Path, graph_dir: Path, repository: Path, runtime: str = "onnxruntime", atol: float = 1e-5
+    model_dir: Path, graph_dir: Path, repository: Path, runtime: str = "onnxruntime", atol: float = 1e-5,
+    fused_instances: int | None = None,
 ) -> dict[str, float]:
     """Write ``graphsage_sampler``, ``graphsage_layers`` (on ``runtime``), the ``sage`` ensemble and,
     for the mean aggregator, ``sage_fused`` (the same pipeline in one model call).
@@ -113,6 +114,7 @@ def export_repository(
     The exported layers (and the fused model's dense graph) are checked against eager torch on random
     blocks before the configs are written; returns ``{"max_abs_diff": ...}`` (the worst of both).
     ``graph_dir`` is stored relative to the repository; a store outside it is linked into ``_graphs/``.
+    ``fused_instances``: ``sage_fused``'s instance count (None: :func:`configs.fused_config`'s default).
     """
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {sorted(RUNTIMES)}, got {runtime!r}")
@@ -136,7 +138,7 @@ def export_repository(
     if cfg.aggregator == "mean":
         dense = save_dense_onnx(model, fused_dir / "1" / "model.onnx")
         worst = max(worst, check_dense_parity(model, dense, atol=atol))
-        configs.write_config(repository, configs.fused_config(runtime, graph, *sizes, cfg.fanouts))
+        configs.write_config(repository, configs.fused_config(runtime, graph, *sizes, cfg.fanouts, fused_instances))
     elif (fused_dir / "config.pbtxt").is_file():
         # a pooling model has no fused form: a sage_fused left by an earlier export would answer for the old one
         shutil.rmtree(fused_dir)

@@ -201,3 +201,28 @@ def test_a_slow_models_windows_hold_enough_arrivals_and_keeping_up_is_judged_on_
     assert not behind.keeps_up and not marginal(behind, 1000.0)
     # a probe recorded without the sent count (older JSON) is judged on the nominal rate
     assert not Probe("request_rate", 6.0, 4.0, 100.0, 1200.0, 0, None, False).keeps_up
+
+
+def test_a_configuration_too_slow_for_the_sla_is_given_up_after_a_light_load_and_a_slow_window_is_capped() -> None:
+    sla = 1000.0
+    seen: list[tuple[str, float]] = []
+
+    def hopeless(mode: str, level: float) -> Probe:  # one image in ~1.4 s: no load meets a 1 s P99
+        seen.append((mode, level))
+        if mode == "concurrency":
+            return Probe(mode, level, 2.0, 8000.0, 9000.0, 0, None, True)
+        return Probe(mode, level, level, 1400.0, 1500.0, 0, None, False, kept_up=True)
+
+    out = search_rate(hopeless, steps=4, concurrency=16, sla_p99_ms=sla)
+    assert out.best_rate == 0.0 and out.complete
+    assert seen == [("concurrency", 16), ("request_rate", 1.6), ("request_rate", 1.0)]  # not 4 steps, twice each
+
+    def slow_but_fine(mode: str, level: float) -> Probe:  # capacity 20/s, P50 over the SLA only past 15/s
+        if mode == "concurrency":
+            return Probe(mode, level, 20.0, 800.0, 900.0, 0, None, True)
+        p50 = 100.0 if level <= 15 else 2000.0
+        return Probe(mode, level, level, p50, p50 * 1.2, 0, None, p50 * 1.2 <= sla, kept_up=True)
+
+    found = search_rate(slow_but_fine, steps=4, concurrency=16, sla_p99_ms=sla)
+    assert 12.0 <= found.best_rate <= 15.0  # the light load passed, the bisection went on from there
+    assert MeasureSettings(sla, window_ms=1000).load("request_rate", 0.5).measurement_interval_ms == 5000

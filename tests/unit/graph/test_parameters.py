@@ -32,6 +32,14 @@ def test_the_export_writes_what_the_backends_read() -> None:
     assert OnnxRuntimeParameters.read(layers).allow_spinning is False
 
 
+def test_the_fused_models_instance_count_is_written_as_an_instance_group() -> None:
+    two = configs.fused_config("onnxruntime", "_graphs/g", 8, 16, 3, (5, 4), instances=2)
+    assert [(g.count, g.kind) for g in two.instance_group] == [(2, mc.ModelInstanceGroup.KIND_CPU)]
+    assert not configs.fused_config("onnxruntime", "_graphs/g", 8, 16, 3, (5, 4), instances=None).instance_group
+    with pytest.raises(ValueError, match="instances must be at least 1, got 0"):
+        configs.fused_config("onnxruntime", "_graphs/g", 8, 16, 3, (5, 4), instances=0)
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
