@@ -236,29 +236,31 @@ def search_rate(
         out.error = closed.failure or "no request completed in the closed-loop run"
         return out
     rate = max(lo, 0.8 * closed.achieved_rps) if lo < 0.8 * closed.achieved_rps else (lo + hi) / 2
-    light = max(1.0, 0.1 * closed.achieved_rps)
-    light_tried = False
+
+    def light_passes() -> bool:
+        """Whether a light load (a tenth of capacity) meets the SLA at all; its rate is the best when it does."""
+        probe = measure("request_rate", max(1.0, 0.1 * closed.achieved_rps))
+        out.probes.append(probe)
+        if probe.ok:
+            out.best_rate = probe.offered
+        return probe.ok
+
     for _ in range(steps):
         probe = probe_rate(rate)
         if probe.ok:
             lo = out.best_rate = max(out.best_rate, rate)
         else:
             hi = rate
-            if out.best_rate == 0.0 and not light_tried and sla_p99_ms is not None and probe.p50_ms > sla_p99_ms:
+            if out.best_rate == 0.0 and sla_p99_ms is not None and probe.p50_ms > sla_p99_ms:
                 # the median request missed the SLA: ask at once whether a light load meets it at all (a
-                # configuration that cannot is done after one more probe, not after every bisection step)
-                light_tried = True
-                first_light = measure("request_rate", light)
-                out.probes.append(first_light)
-                if not first_light.ok:
+                # configuration that cannot is done after one more probe, not after every bisection step; one
+                # that can has a best rate from here on, so this is asked once)
+                if not light_passes():
                     return out
-                lo = out.best_rate = first_light.offered
+                lo = out.best_rate
         rate = (lo + hi) / 2
-    if out.best_rate == 0.0 and not light_tried:  # nothing passed near capacity: does a light load pass?
-        probe = measure("request_rate", light)
-        out.probes.append(probe)
-        if probe.ok:
-            out.best_rate = probe.offered
+    if out.best_rate == 0.0:  # nothing passed near capacity: does a light load meet the SLA at all?
+        light_passes()
     return out
 
 
