@@ -355,7 +355,7 @@ class PythonParameters(ModelParameters):
 
 
 class SchedulerParameters(ModelParameters):
-    """How a loaded version is scheduled (core/batching/factory.py, core/scheduling.py)."""
+    """How a loaded version is scheduled (core/batching/factory.py, core/scheduling/)."""
 
     reader: ClassVar[str] = "scheduler"
 
