@@ -156,16 +156,15 @@ def test_int8_calibrated_on_too_few_samples_is_rejected(tmp_path: Path) -> None:
     np.savez(tmp_path / "data.npz", x=data)
     np.savez(tmp_path / "calib.npz", x=np.full((1, 8), 0.01, dtype=np.float32))
     good = convert(ConvertSpec(source=str(src), out=tmp_path / "good", targets=("onnx",), precisions=("int8-static",),
-                               data=tmp_path / "data.npz", tolerances=parse_tolerances(["int8-static=0.2"])))  # fmt: skip
+                               data=tmp_path / "data.npz"))  # fmt: skip
     assert good.artefacts[0].status == "accepted", good.artefacts[0].reason
     out = tmp_path / "bad"
     bad = convert(ConvertSpec(source=str(src), out=out, targets=("onnx",), precisions=("int8-static",),
-                              data=tmp_path / "data.npz", calibration=tmp_path / "calib.npz", calibration_samples=1,
-                              tolerances=parse_tolerances(["int8-static=0.2"])))  # fmt: skip
+                              data=tmp_path / "data.npz", calibration=tmp_path / "calib.npz", calibration_samples=1))  # fmt: skip
     art = bad.artefacts[0]
     assert art.status == "rejected"
     assert "relative error" in art.reason and "calibrated on 1 samples" in art.reason
-    assert art.parity is not None and art.parity.outputs[0].max_rel_error > 0.2
+    assert art.parity is not None and art.parity.outputs[0].max_rel_error > 0.1
     assert art.folder == out / "_rejected" / art.model and not (out / art.model).exists()
     assert ModelRepository(out).model_names() == []  # a rejected artefact is never served
 
