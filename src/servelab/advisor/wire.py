@@ -97,7 +97,8 @@ class Probe:
     rss_mb: float | None
     ok: bool
     failure: str = ""
-    #: whether the server completed KEEP_UP of what was sent (None: not measured so; judged on the nominal rate)
+    #: whether the server completed KEEP_UP of what was sent (measure_probe sets it; None, a probe built without
+    #: the sent count, is judged on the nominal rate)
     kept_up: bool | None = None
 
     @property

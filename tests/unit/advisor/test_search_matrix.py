@@ -199,7 +199,7 @@ def test_a_slow_models_windows_hold_enough_arrivals_and_keeping_up_is_judged_on_
     # ... while a server that answered a third of what it was sent did not, whatever the draw
     behind = Probe("request_rate", 6.0, 5.5, 100.0, 1200.0, 0, None, False, kept_up=False)
     assert not behind.keeps_up and not marginal(behind, 1000.0)
-    # a probe recorded without the sent count (older JSON) is judged on the nominal rate
+    # a probe built without the sent count is judged on the nominal rate
     assert not Probe("request_rate", 6.0, 4.0, 100.0, 1200.0, 0, None, False).keeps_up
 
 
