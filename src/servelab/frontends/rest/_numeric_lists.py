@@ -35,7 +35,9 @@ _DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
 _NUMBER_CHARS = re.compile(rb"[0-9eE.+\-,\s]*")
 #: lists shorter than this stay in the header: orjson is faster for them and they cost little memory
 MIN_LIST_BYTES = 64 * 1024
-_CHUNK_BYTES = 256 * 1024
+_CHUNK_BYTES = 262144
+#: bytes the chunks of the key search overlap by (``"data"`` and its colon and bracket, with spaces between)
+_KEY_OVERLAP = 64
 _LIFTABLE = frozenset(DataType) - {DataType.BOOL, DataType.BYTES}
 
 
@@ -74,20 +76,36 @@ def lift_lists(body: bytes | bytearray) -> tuple[bytes, LiftedLists] | None:
     spans: list[tuple[int, int]] = []
     pieces: list[bytes | bytearray] = []
     last = 0
-    for match in _DATA_KEY.finditer(body):
+    match = _next_data_key(body, 0)
+    while match is not None:
         opening = match.end() - 1
-        if opening < last:
-            continue
         closing = _end_of_numbers(body, opening + 1)
         if closing >= len(body) or body[closing] != ord("]") or closing - opening < MIN_LIST_BYTES:
+            match = _next_data_key(body, opening + 1)
             continue
         pieces += (body[last:opening], b'{"%s":%d}' % (key.encode(), len(spans)))
         spans.append((opening + 1, closing))
         last = closing + 1
+        match = _next_data_key(body, last)  # past the list: its text is never searched
     if not spans:
         return None
     pieces.append(body[last:])
     return b"".join(pieces), LiftedLists(body, spans, key)
+
+
+def _next_data_key(body: bytes | bytearray, pos: int) -> re.Match[bytes] | None:
+    """The next ``"data": [`` from ``pos``, searched a chunk at a time: one search through a 64 MB list held
+    the GIL for ~50 ms (the small requests' P99 of tests/integration/test_limits_large_body.py). Chunks
+    overlap by ``_KEY_OVERLAP`` bytes; a key with more whitespace than that inside it is not lifted (its
+    list then goes through orjson whole: the same answer, more memory)."""
+    size = len(body)
+    while pos < size:
+        stop = min(size, pos + _CHUNK_BYTES + _KEY_OVERLAP)
+        found = _DATA_KEY.search(body, pos, stop)
+        if found is not None or stop == size:
+            return found
+        pos = stop - _KEY_OVERLAP
+    return None
 
 
 def _end_of_numbers(body: bytes | bytearray, start: int) -> int:
