@@ -22,6 +22,7 @@ from servelab.cli import rollout as _rollout
 from servelab.cli import select as _select
 from servelab.cli import serve as _serve
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, SERVER_EXPERIMENTS, disable_grpc_experiments
+from servelab.config.numpy_runtime import disable_numpy_hugepages
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -46,6 +47,7 @@ def main() -> None:
     # Before any command imports grpc: servers and clients of this process skip grpcio's EventEngine
     # thread hops (measured in servelab.config.grpc_runtime).
     disable_grpc_experiments(SERVER_EXPERIMENTS + CLIENT_EXPERIMENTS)
+    disable_numpy_hugepages()  # no GIL-held memory compaction in large arrays (servelab.config.numpy_runtime)
     app()
 
 
