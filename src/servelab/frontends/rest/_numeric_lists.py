@@ -35,7 +35,7 @@ _DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
 _NUMBER_CHARS = re.compile(rb"[0-9eE.+\-,\s]*")
 #: lists shorter than this stay in the header: orjson is faster for them and they cost little memory
 MIN_LIST_BYTES = 64 * 1024
-_CHUNK_BYTES = 262144
+_CHUNK_BYTES = 256 * 1024
 #: bytes the chunks of the key search overlap by (``"data"`` and its colon and bracket, with spaces between)
 _KEY_OVERLAP = 64
 _LIFTABLE = frozenset(DataType) - {DataType.BOOL, DataType.BYTES}
