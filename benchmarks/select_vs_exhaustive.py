@@ -143,14 +143,18 @@ def _confirm(case: ModelCase, quick: SelectResult, full: SelectResult, rounds: i
     """The pick and the exhaustive sweep's top points, each searched again ``rounds`` times in alternating
     order on fresh servers; medians compared. The verdict is on these, not on one search of each."""
     rates = _rates(full)
-    by_label = {r.label: r.candidate for r in full.decision.rows if r.kind == "candidate" and r.candidate is not None}
     top = sorted(rates, key=lambda k: -rates[k])[:CONTENDERS]
+    return _confirm_labels(quick, top, rounds)
+
+
+def _confirm_labels(quick: SelectResult, top: list[str], rounds: int) -> dict[str, Any]:
+    by_label = {c.label: c for c in quick.grid.points()}
     pick = quick.decision.winner.label if quick.decision.winner else None
     labels = list(dict.fromkeys([pick, *top] if pick in by_label else top))
     runs: dict[str, list[float]] = {lab: [] for lab in labels}
     for rnd in range(rounds):
         for lab in labels if rnd % 2 == 0 else labels[::-1]:
-            measurer = Measurer(full.spec.measure, full.converted.repository)
+            measurer = Measurer(quick.spec.measure, quick.converted.repository)
             try:
                 runs[lab].append(measurer.measure(by_label[lab]).max_rate)
             finally:
@@ -164,9 +168,34 @@ def _confirm(case: ModelCase, quick: SelectResult, full: SelectResult, rounds: i
     }  # fmt: skip
 
 
+def _reused_sweep(case: ModelCase, quick: SelectResult, path: Path, rounds: int) -> dict[str, Any]:
+    """A select run judged against an earlier run's exhaustive sweep of the same grid (``--sweep-from``): the
+    sweep's figures are that run's; its top three (the contenders that run confirmed) and the new pick are
+    searched again here, so the verdict rests on this run's measurements alone."""
+    old = next((r for r in json.loads(path.read_text())["rows"] if r["model"] == case.name), None)
+    if old is None or not old.get("confirm_rates"):
+        raise SystemExit(f"--sweep-from {path}: no confirmed row for {case.name}")
+    if old["grid_size"] != quick.grid.size:
+        raise SystemExit(f"--sweep-from {path}: its {case.name} grid had {old['grid_size']} points, this one {quick.grid.size}")
+    top = [lab for lab in old["confirm_rates"] if lab != old["pick"]][:CONTENDERS]
+    pick = quick.decision.winner
+    row = {
+        "model": case.name, "sla_p99_ms": case.sla_p99_ms, "grid_size": quick.grid.size,
+        "select_points": len(quick.measured), "select_fraction": len(quick.measured) / quick.grid.size,
+        "select_probes": quick.probes, "select_s": quick.elapsed_s, "exhaustive_s": old["exhaustive_s"],
+        "pick": pick.label if pick else None, "pick_rate_select": pick.max_rate if pick else 0.0,
+        "pick_rate_exhaustive": None, "best": old["best"], "best_rate": old["best_rate"], "pick_over_best": None,
+        "pick_select_over_best": (pick.max_rate / old["best_rate"]) if pick and old["best_rate"] else None,
+        "rest_best_rate": old["rest_best_rate"], "min_throughput": case.min_throughput,
+        "sweep_from": {"path": str(path), "settings": old.get("settings"), "contenders": top,
+                       "its_confirm_medians": old.get("confirm_medians")},
+    }  # fmt: skip
+    return row | _confirm_labels(quick, top, rounds)
+
+
 def _verdict(row: dict[str, Any]) -> str:
     confirmed = row.get("confirm_pick_over_best")
-    ratio = (confirmed if confirmed is not None else row["pick_over_best"]) or 0.0
+    ratio = (confirmed if confirmed is not None else row["pick_over_best"]) or 0.0  # None: no sweep figure
     ok = ratio >= 0.95 and row["select_fraction"] <= 0.25 and row["select_with_convert_s"] <= 900
     if row["min_throughput"]:
         ok = ok and row["rest_best_rate"] >= row["min_throughput"]
@@ -177,7 +206,8 @@ def _command(settings: dict[str, Any]) -> str:
     return (f"python benchmarks/select_vs_exhaustive.py --models {settings['models']} --rounds {settings['rounds']} "
             f"--window-ms {settings['window_ms']} --instances {settings['instances']} --threads {settings['threads']} "
             f"--front-doors {settings['front_doors']}" + (f" --confirm-rounds {settings['confirm_rounds']}"
-                                                         if settings.get("confirm_rounds") is not None else ""))  # fmt: skip
+                                                         if settings.get("confirm_rounds") is not None else "")
+            + (f" --sweep-from {settings['sweep_from']}" if settings.get("sweep_from") else ""))  # fmt: skip
 
 
 def _reduced(command: str) -> str:
@@ -214,10 +244,13 @@ def results_markdown(doc: dict[str, Any]) -> str:
         conf = (f"{med.get(r['pick'], 0):,.0f} / {med[r['confirm_best']]:,.0f} ({r['confirm_best']})"
                 if r.get("confirm_best") else "-")  # fmt: skip
         ratio = f"{r['confirm_pick_over_best']:.3f}" if r.get("confirm_pick_over_best") is not None else "-"
+        in_sweep = "-" if r["pick_rate_exhaustive"] is None else f"{r['pick_rate_exhaustive']:,.0f}"
+        single = "-" if r["pick_over_best"] is None else f"{r['pick_over_best']:.3f}"
+        swept = f"{r['exhaustive_s']:,.0f}" + (" (earlier run)" if r.get("sweep_from") else "")
         lines.append(
             f"| {r['model']} | {r['round']} | {r['grid_size']} | {r['select_points']} ({r['select_fraction']:.0%}) | "
-            f"{r['select_s']:,.0f} (+{r['convert_s']:,.0f}) | {r['exhaustive_s']:,.0f} | {r['pick']} | {r['pick_rate_exhaustive']:,.0f} | {r['best']} | "
-            f"{r['best_rate']:,.0f} | {(r['pick_over_best'] or 0):.3f} | {r['rest_best_rate']:,.0f} | {conf} | {ratio} | {_verdict(r)} |"
+            f"{r['select_s']:,.0f} (+{r['convert_s']:,.0f}) | {swept} | {r['pick']} | {in_sweep} | {r['best']} | "
+            f"{r['best_rate']:,.0f} | {single} | {r['rest_best_rate']:,.0f} | {conf} | {ratio} | {_verdict(r)} |"
         )
     if any(r.get("confirm_rounds") for r in rows):
         n = max(r.get("confirm_rounds") or 0 for r in rows)
@@ -246,6 +279,9 @@ def main() -> None:
     parser.add_argument("--confirm-rounds", type=int, default=3,
                         help=f"search the pick and the exhaustive top {CONTENDERS} again this many times each (0: off)")
     parser.add_argument("--inprocess-s", type=float, default=0.5)
+    parser.add_argument("--sweep-from", type=Path, default=None,
+                        help="judge select against this JSON's exhaustive sweep of the same grid (no sweep run): its "
+                             "contenders and the new pick are searched again --confirm-rounds times")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="tiny grid and windows: checks the script runs")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--results-md", type=Path, default=RESULTS_MD, help=f"rewrite its section {SECTION!r}")
@@ -268,6 +304,13 @@ def main() -> None:
         convert_s = time.perf_counter() - started
         print(f"{case.name}: converted in {convert_s:,.0f} s", flush=True)
         for rnd in range(args.rounds):
+            if args.sweep_from is not None:
+                quick = _run(case, converted, args.out, args, False, rnd)
+                row = {"round": rnd, "convert_s": convert_s,
+                       **_reused_sweep(case, quick, args.sweep_from, max(1, args.confirm_rounds))}  # fmt: skip
+                row["select_with_convert_s"] = row["select_s"] + convert_s
+                rows.append(row)
+                continue
             order = (True, False) if rnd % 2 else (False, True)  # odd rounds: exhaustive first
             runs = {ex: _run(case, converted, args.out, args, ex, rnd) for ex in order}
             row = {"round": rnd, "convert_s": convert_s, **_compare(case, runs[False], runs[True])}

@@ -1,8 +1,8 @@
 """The candidate grid: artefact (runtime x precision) x batching x instances x threads x front door.
 
 A :class:`Candidate` is one served configuration; :meth:`Grid.neighbours` are the configurations one step
-away along one dimension (the next batching setting, one instance more or fewer, ...), which is what the
-quick search climbs along. Peer servers are not in the grid: they are measured as reference rows.
+away along one dimension (the next batching setting, one instance more or fewer, ...; and the same cores
+split the other way between instances and threads), which is what the quick search climbs along. Peer servers are not in the grid: they are measured as reference rows.
 """
 
 from __future__ import annotations
@@ -148,13 +148,20 @@ class Grid:
         return [c for c in self._points if c.artefact in keep]
 
     def neighbours(self, c: Candidate, artefacts: tuple[ArtefactRef, ...] | None = None) -> list[Candidate]:
-        """One step along one dimension, nearest settings first; artefacts limited to ``artefacts``."""
+        """One step along one dimension (or instances up and threads down, or back), nearest settings first;
+        artefacts limited to ``artefacts``."""
         out: list[Candidate] = []
         for values, attr in ((self.batchings, "batching"), (self.instances, "instances"), (self.threads, "threads")):
             idx = values.index(getattr(c, attr))
             for j in (idx + 1, idx - 1):
                 if 0 <= j < len(values):
                     out.append(replace(c, **{attr: values[j]}))  # type: ignore[arg-type]
+        # the same cores split the other way (x1 t2 <-> x2 t1), the trade a CPU deployment weighs first: one step
+        # along instances and one back along threads count as one step
+        i, t = self.instances.index(c.instances), self.threads.index(c.threads)
+        for di, dt in ((1, -1), (-1, 1)):
+            if 0 <= i + di < len(self.instances) and 0 <= t + dt < len(self.threads):
+                out.append(replace(c, instances=self.instances[i + di], threads=self.threads[t + dt]))
         out += [replace(c, front_door=f) for f in self.front_doors if f != c.front_door]  # type: ignore[arg-type]
         pool = artefacts if artefacts is not None else self.artefacts
         out += [replace(c, artefact=a) for a in pool if a != c.artefact]

@@ -6,6 +6,9 @@ thread, dynamic batching on and every thread unless the in-process run says they
 step along one dimension) only as far as needed to know whether it beats the incumbent; move to the
 best neighbour that does and repeat, until none does, the measurement budget (a share of the grid) is spent,
 or the time budget is (``deadline``: what ``servelab select --time-budget-min`` leaves after the peers' share).
+Then :func:`confirm`: the incumbent and its nearest rivals are searched again, in alternating order, and the
+median search of each stands (one search of one point varies by up to +-30% between runs on 2 shared cores, so
+a climb that stops on one lucky figure would otherwise pick on luck).
 """
 
 from __future__ import annotations
@@ -26,11 +29,19 @@ from servelab.advisor.wire import (
 )
 from servelab.errors import ServelabError
 
-__all__ = ["Measured", "Measurer", "StartHints", "batching_gain", "exhaustive_search", "quick_search", "start_point"]
+__all__ = [
+    "Measured", "Measurer", "StartHints", "batching_gain", "confirm", "exhaustive_search", "quick_search", "start_point",
+]
 
 Progress = Callable[[str], None]
 #: a neighbour replaces the incumbent only when it is this much faster (noise is not progress)
 IMPROVEMENT = 0.01
+#: after the climb, the incumbent and at most this many rivals are searched again ...
+CONFIRM_RIVALS = 2
+#: ... rivals: measured points whose figure comes within this share of the incumbent's rate ...
+CONFIRM_WITHIN = 0.2
+#: ... this many more times each, in alternating order; the median search of each stands
+CONFIRM_ROUNDS = 2
 
 
 @dataclass
@@ -39,6 +50,8 @@ class Measured:
     search: RateSearch
     order: int
     seconds: float = 0.0
+    #: every search of this point's (the climb's first, then :func:`confirm`'s); ``search`` is their median
+    searches: list[RateSearch] = field(default_factory=list)
 
     @property
     def max_rate(self) -> float:
@@ -51,6 +64,15 @@ class Measured:
     @property
     def best_probe(self) -> Probe | None:
         return self.search.best_probe
+
+    @property
+    def figure(self) -> float:
+        """What this point is known to reach: its best rate, or for a search cut short against an incumbent
+        (one failed probe), what that probe completed: a lower bound that says how near it came."""
+        if self.complete or self.max_rate > 0:
+            return self.max_rate
+        done = [p.achieved_rps for p in self.search.probes if p.mode == "request_rate"]
+        return max(done, default=0.0)
 
 
 @dataclass
@@ -79,11 +101,20 @@ class Measurer:
 
     def measure(self, c: Candidate, incumbent: float | None = None) -> Measured:
         started = time.perf_counter()
+        return self._keep(c, self._search(c, incumbent), started)
+
+    def remeasure(self, c: Candidate) -> RateSearch:
+        """Search an already measured point again, in full (no incumbent to stop at); it stays one grid point."""
+        started = time.perf_counter()
+        search = self._search(c, None)
+        self.results[c].seconds += time.perf_counter() - started
+        return search
+
+    def _search(self, c: Candidate, incumbent: float | None) -> RateSearch:
         try:
             served = self._server(c)
         except ServelabError as exc:
-            search = RateSearch(complete=False, error=f"server did not start: {exc.message}")
-            return self._keep(c, search, started)
+            return RateSearch(complete=False, error=f"server did not start: {exc.message}")
         target = served.target(c.front_door)
 
         def probe(mode: str, level: float) -> Probe:
@@ -98,14 +129,13 @@ class Measurer:
             return p
 
         try:
-            search = search_rate(probe, self.settings.rate_steps, self.settings.closed_concurrency, incumbent,
-                                 self.settings.sla_p99_ms)
+            return search_rate(probe, self.settings.rate_steps, self.settings.closed_concurrency, incumbent,
+                               self.settings.sla_p99_ms)
         except ServelabError as exc:
-            search = RateSearch(complete=False, error=exc.message)
-        return self._keep(c, search, started)
+            return RateSearch(complete=False, error=exc.message)
 
     def _keep(self, c: Candidate, search: RateSearch, started: float) -> Measured:
-        m = Measured(c, search, len(self.results), time.perf_counter() - started)
+        m = Measured(c, search, len(self.results), time.perf_counter() - started, [search])
         self.results[c] = m
         return m
 
@@ -175,11 +205,11 @@ def _spent(measurer: Measurer, budget: int, deadline: float | None, log: list[st
 
 def quick_search(
     grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int, deadline: float | None = None,
-    hints: StartHints = StartHints(),
+    hints: StartHints = StartHints(), confirm_rounds: int = CONFIRM_ROUNDS,
 ) -> tuple[Candidate | None, list[str]]:
-    """Climb from :func:`start_point` (``hints``: the in-process run's, of the first survivor); returns the
-    incumbent and a log of the moves. ``deadline`` is a ``time.perf_counter()`` value after which no new
-    point is measured."""
+    """Climb from :func:`start_point` (``hints``: the in-process run's, of the first survivor), then
+    :func:`confirm` the incumbent against its rivals ``confirm_rounds`` times; returns the pick and a log of
+    the moves. ``deadline`` is a ``time.perf_counter()`` value after which nothing new is measured."""
     pool = tuple(survivors)
     incumbent = start_point(grid, survivors[0], hints)
     current = measurer.measure(incumbent)
@@ -204,8 +234,45 @@ def quick_search(
             break
         log.append(f"move to {best.candidate.label}: {best.max_rate:,.0f} req/s")
         incumbent, current = best.candidate, best
+    if current.max_rate > 0:
+        incumbent = confirm(measurer, incumbent, confirm_rounds, deadline, log)
     measurer.close()
-    return (incumbent if current.max_rate > 0 else None), log
+    return (incumbent if measurer.results[incumbent].max_rate > 0 else None), log
+
+
+def _median(searches: list[RateSearch]) -> RateSearch:
+    """The search with the median best rate among the full ones (a search cut short against an incumbent says
+    only "did not beat it" and is left out); of an even count, the upper middle one."""
+    ranked = sorted([s for s in searches if s.complete] or searches, key=lambda s: s.best_rate)
+    return ranked[len(ranked) // 2]
+
+
+def confirm(measurer: Measurer, incumbent: Candidate, rounds: int, deadline: float | None, log: list[str]) -> Candidate:
+    """Search the incumbent and its rivals (at most :data:`CONFIRM_RIVALS` other measured points whose
+    :attr:`Measured.figure` comes within :data:`CONFIRM_WITHIN` of its rate) ``rounds`` more times each, in
+    alternating order, so that drift on the machine falls on every one alike; each point's median search then
+    stands in ``measurer.results`` (what the decision reads) and the best median is returned. Measures no new
+    grid point; stops at ``deadline``."""
+    lead = measurer.results[incumbent]
+    floor = (1 - CONFIRM_WITHIN) * lead.max_rate
+    rivals = sorted((m for m in measurer.results.values() if m.candidate != incumbent and m.search.error is None
+                     and m.figure >= floor), key=lambda m: -m.figure)[:CONFIRM_RIVALS]  # fmt: skip
+    if rounds <= 0 or not rivals:
+        return incumbent
+    group = [lead, *rivals]
+    turns = [m for r in range(rounds) for m in (group[::-1] if r % 2 == 0 else group)]
+    for i, m in enumerate(turns):
+        if deadline is not None and time.perf_counter() >= deadline:
+            log.append(f"time budget reached while confirming ({i} of {len(turns)} searches done)")
+            break
+        m.searches.append(measurer.remeasure(m.candidate))
+    for m in group:
+        m.search = _median(m.searches)
+    pick = max(group, key=lambda m: (m.max_rate, m is lead))
+    rates = "; ".join(f"{m.candidate.label} {'/'.join(f'{s.best_rate:,.0f}' for s in m.searches)} -> {m.max_rate:,.0f}"
+                      for m in group)  # fmt: skip
+    log.append(f"confirmed (req/s of each search -> median): {rates}; pick {pick.candidate.label}")
+    return pick.candidate
 
 
 def exhaustive_search(points: list[Candidate], measurer: Measurer) -> None:

@@ -47,8 +47,37 @@ class Landscape:
         self.results[c] = m
         return m
 
+    def remeasure(self, c: Candidate) -> RateSearch:
+        return RateSearch(best_rate=_rate(c))
+
     def close(self) -> None:
         pass
+
+
+@dataclass
+class NoisyLandscape(Landscape):
+    """Each search of a point reads the next of its figures (cycling); ``searched`` records the order."""
+
+    figures: dict[Candidate, list[float]] = field(default_factory=dict)
+    searched: list[Candidate] = field(default_factory=list)
+
+    def _next(self, c: Candidate) -> float:
+        seq = self.figures.get(c, [_rate(c)])
+        rate = seq[sum(1 for s in self.searched if s == c) % len(seq)]
+        self.searched.append(c)
+        return rate
+
+    def measure(self, c: Candidate, incumbent: float | None = None) -> Measured:
+        rate = self._next(c)
+        complete = incumbent is None or rate > incumbent * 1.03
+        probe = Probe("request_rate", (incumbent or rate) * 1.03, rate, 1.0, 99.0, 0, None, complete)
+        search = RateSearch([probe], best_rate=rate if complete else 0.0, complete=complete)
+        m = Measured(c, search, len(self.results), searches=[search])
+        self.results[c] = m
+        return m
+
+    def remeasure(self, c: Candidate) -> RateSearch:
+        return RateSearch(best_rate=self._next(c))
 
 
 def _grid() -> Grid:
@@ -88,6 +117,37 @@ def test_the_climb_starts_unbatched_where_batching_does_not_pay() -> None:
     pick, log = quick_search(_grid(), [ORT, OV], land, budget=12, hints=StartHints(1.1, 1.05))  # type: ignore[arg-type]
     assert log[0].startswith("start onnxruntime/fp32 off x1 t1 rest (in process: batching gain 1.10x, threads gain 1.05x)")
     assert pick is not None and pick.batching.on  # the landscape rewards batching: the climb still finds it
+
+
+def test_the_same_cores_split_the_other_way_is_one_step() -> None:
+    grid = _grid()
+    c = Candidate(ORT, Batching(), 1, 2, "rest")
+    assert Candidate(ORT, Batching(), 2, 1, "rest") in grid.neighbours(c)
+    assert Candidate(ORT, Batching(), 1, 2, "rest") in grid.neighbours(Candidate(ORT, Batching(), 2, 1, "rest"))
+    assert Candidate(ORT, Batching(), 2, 2, "rest") in grid.neighbours(c)  # one more instance, as before
+    assert all(grid.contains(n) for n in grid.neighbours(c))
+
+
+def test_the_pick_is_confirmed_against_near_rivals_by_the_median_of_alternating_searches() -> None:
+    """The climb stops on a lucky first figure (ORT off x1 t1: 1,300 once, 1,000 after); a rival that lost the
+    climb narrowly (OV off x1 t1, ~1,150 every time) wins on medians; a far-off point is not searched again."""
+    grid = Grid((ORT, OV), (Batching(),), (1,), (1, 2), ("rest",))
+    lucky, steady, far = (Candidate(ORT, Batching(), 1, 1, "rest"), Candidate(OV, Batching(), 1, 1, "rest"),
+                          Candidate(ORT, Batching(), 1, 2, "rest"))  # fmt: skip
+    land = NoisyLandscape(figures={lucky: [1300.0, 1000.0, 990.0], steady: [1150.0, 1160.0, 1140.0], far: [500.0]})
+    pick, log = quick_search(grid, [ORT, OV], land, budget=4, hints=StartHints(1.1, 1.0))  # type: ignore[arg-type]
+    assert log[0].startswith("start onnxruntime/fp32 off x1 t1 rest")
+    assert pick == steady, log
+    assert log[-1].startswith("confirmed") and "pick openvino/fp32 off x1 t1 rest" in log[-1]
+    assert land.results[lucky].max_rate == 1000.0 and len(land.results[lucky].searches) == 3
+    assert land.results[steady].max_rate == 1160.0  # the cut-short first search left out: upper of two
+    assert land.searched.count(far) == 1  # 500 < 80% of 1,300: no rival
+    assert len(land.results) == 3  # confirming measures no new grid point
+    # alternating order: the first round from the last rival, the second from the incumbent
+    assert land.searched[-4:] == [steady, lucky, lucky, steady]
+    # with no rounds the climb's figures stand
+    again = NoisyLandscape(figures=land.figures)
+    assert quick_search(grid, [ORT, OV], again, budget=4, hints=StartHints(1.1, 1.0), confirm_rounds=0)[0] == lucky  # type: ignore[arg-type]
 
 
 def test_the_budget_stops_the_climb() -> None:
