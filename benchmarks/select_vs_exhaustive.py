@@ -122,13 +122,21 @@ def _compare(case: ModelCase, quick: SelectResult, full: SelectResult) -> dict[s
     pick_in_full = rates.get(pick.label, 0.0) if pick else 0.0
     rest = [r for r in full.decision.rows if r.kind == "candidate" and r.front_door == "rest" and r.complete]
     rest_best = max((r.max_rate for r in rest), default=0.0)
+    return _row(case, quick, full.elapsed_s, best_label, best, rest_best) | {
+        "pick_rate_exhaustive": pick_in_full, "pick_over_best": pick_in_full / best if best else None,
+    }  # fmt: skip
+
+
+def _row(case: ModelCase, quick: SelectResult, exhaustive_s: float, best_label: str | None, best: float,
+         rest_best: float) -> dict[str, Any]:
+    """A row's select figures and the sweep's best (``_compare`` adds the pick's own sweep figure)."""
+    pick = quick.decision.winner
     return {
         "model": case.name, "sla_p99_ms": case.sla_p99_ms, "grid_size": quick.grid.size,
         "select_points": len(quick.measured), "select_fraction": len(quick.measured) / quick.grid.size,
-        "select_probes": quick.probes, "select_s": quick.elapsed_s, "exhaustive_s": full.elapsed_s,
+        "select_probes": quick.probes, "select_s": quick.elapsed_s, "exhaustive_s": exhaustive_s,
         "pick": pick.label if pick else None, "pick_rate_select": pick.max_rate if pick else 0.0,
-        "pick_rate_exhaustive": pick_in_full, "best": best_label, "best_rate": best,
-        "pick_over_best": pick_in_full / best if best else None,
+        "pick_rate_exhaustive": None, "best": best_label, "best_rate": best, "pick_over_best": None,
         "pick_select_over_best": (pick.max_rate / best) if pick and best else None,
         "rest_best_rate": rest_best, "min_throughput": case.min_throughput,
     }  # fmt: skip
@@ -178,18 +186,9 @@ def _reused_sweep(case: ModelCase, quick: SelectResult, path: Path, rounds: int)
     if old["grid_size"] != quick.grid.size:
         raise SystemExit(f"--sweep-from {path}: its {case.name} grid had {old['grid_size']} points, this one {quick.grid.size}")
     top = [lab for lab in old["confirm_rates"] if lab != old["pick"]][:CONTENDERS]
-    pick = quick.decision.winner
-    row = {
-        "model": case.name, "sla_p99_ms": case.sla_p99_ms, "grid_size": quick.grid.size,
-        "select_points": len(quick.measured), "select_fraction": len(quick.measured) / quick.grid.size,
-        "select_probes": quick.probes, "select_s": quick.elapsed_s, "exhaustive_s": old["exhaustive_s"],
-        "pick": pick.label if pick else None, "pick_rate_select": pick.max_rate if pick else 0.0,
-        "pick_rate_exhaustive": None, "best": old["best"], "best_rate": old["best_rate"], "pick_over_best": None,
-        "pick_select_over_best": (pick.max_rate / old["best_rate"]) if pick and old["best_rate"] else None,
-        "rest_best_rate": old["rest_best_rate"], "min_throughput": case.min_throughput,
-        "sweep_from": {"path": str(path), "settings": old.get("settings"), "contenders": top,
-                       "its_confirm_medians": old.get("confirm_medians")},
-    }  # fmt: skip
+    row = _row(case, quick, old["exhaustive_s"], old["best"], old["best_rate"], old["rest_best_rate"])
+    row["sweep_from"] = {"path": str(path), "settings": old.get("settings"), "contenders": top,
+                         "its_confirm_medians": old.get("confirm_medians")}  # fmt: skip
     return row | _confirm_labels(quick, top, rounds)
 
 
@@ -308,14 +307,12 @@ def main() -> None:
                 quick = _run(case, converted, args.out, args, False, rnd)
                 row = {"round": rnd, "convert_s": convert_s,
                        **_reused_sweep(case, quick, args.sweep_from, max(1, args.confirm_rounds))}  # fmt: skip
-                row["select_with_convert_s"] = row["select_s"] + convert_s
-                rows.append(row)
-                continue
-            order = (True, False) if rnd % 2 else (False, True)  # odd rounds: exhaustive first
-            runs = {ex: _run(case, converted, args.out, args, ex, rnd) for ex in order}
-            row = {"round": rnd, "convert_s": convert_s, **_compare(case, runs[False], runs[True])}
-            if args.confirm_rounds:
-                row |= _confirm(case, runs[False], runs[True], args.confirm_rounds)
+            else:
+                order = (True, False) if rnd % 2 else (False, True)  # odd rounds: exhaustive first
+                runs = {ex: _run(case, converted, args.out, args, ex, rnd) for ex in order}
+                row = {"round": rnd, "convert_s": convert_s, **_compare(case, runs[False], runs[True])}
+                if args.confirm_rounds:
+                    row |= _confirm(case, runs[False], runs[True], args.confirm_rounds)
             row["select_with_convert_s"] = row["select_s"] + convert_s
             rows.append(row)
     settings = args_for_json(args, ROOT)

@@ -2,7 +2,8 @@
 
 A :class:`Candidate` is one served configuration; :meth:`Grid.neighbours` are the configurations one step
 away along one dimension (the next batching setting, one instance more or fewer, ...; and the same cores
-split the other way between instances and threads), which is what the quick search climbs along. Peer servers are not in the grid: they are measured as reference rows.
+split the other way between instances and threads), which is what the quick search climbs along. Peer
+servers are not in the grid: they are measured as reference rows.
 """
 
 from __future__ import annotations
