@@ -47,7 +47,7 @@ prometheus:
 	  echo "prometheus not installed: the dashboard test will skip"
 
 test: $(STAMP) browser prometheus lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x tests/unit

@@ -101,6 +101,8 @@ def export_openvino(onnx_path: str | Path, xml_path: str | Path) -> Path:
     """Convert an ONNX file to OpenVINO IR (``model.xml`` + ``model.bin``), keeping fp32 weights."""
     import openvino as ov
 
+    from servelab.backends.openvino_convert import convert_onnx
+
     out = _prepare(xml_path)
-    ov.save_model(ov.convert_model(str(onnx_path)), str(out), compress_to_fp16=False)
+    ov.save_model(convert_onnx(onnx_path), str(out), compress_to_fp16=False)
     return out

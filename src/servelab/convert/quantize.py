@@ -129,19 +129,24 @@ def openvino_ir(src: Path, dst: Path, fp16: bool = False) -> Path:
     """OpenVINO IR (``model.xml`` + ``model.bin``) from ONNX; fp16 weights when asked."""
     import openvino as ov
 
+    from servelab.backends.openvino_convert import convert_onnx
+
     dst.parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(ov.convert_model(str(src)), str(dst), compress_to_fp16=fp16)
+    ov.save_model(convert_onnx(src), str(dst), compress_to_fp16=fp16)
     return dst
 
 
 def openvino_int8(src: Path, dst: Path, samples: list[Feed], batched: bool = True) -> Path:
     """NNCF post-training quantisation of the ONNX model for OpenVINO, calibrated on ``samples``."""
-    import nncf
     import openvino as ov
 
+    from servelab.backends.openvino_convert import convert_onnx, quiet_openvino
+
     feeds = _calibration_feeds(samples, batched)
-    model = ov.convert_model(str(src))
-    with _quiet():
+    model = convert_onnx(src)
+    with quiet_openvino(), _quiet():
+        import nncf  # first imported here, NNCF reads its telemetry switch inside quiet_openvino
+
         quantized = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))
     dst.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(quantized, str(dst), compress_to_fp16=False)

@@ -81,9 +81,11 @@ def export_openvino(onnx_path: Path, xml_path: Path) -> Path:
     """Convert an ONNX file to OpenVINO IR (model.xml + model.bin), keeping float32 weights."""
     import openvino as ov
 
+    from servelab.backends.openvino_convert import convert_onnx
+
     xml_path = Path(xml_path)
     xml_path.parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
+    ov.save_model(convert_onnx(onnx_path), str(xml_path), compress_to_fp16=False)
     return xml_path
 
 
