@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 pytest.importorskip("openvino")
 
-from servelab.backends.openvino_convert import convert_onnx, quiet_openvino  # noqa: E402
+from servelab.backends.openvino_convert import convert_onnx, quiet_openvino
 
 _FORKS: list[int] = []
 os.register_at_fork(before=lambda: _FORKS.append(1))
