@@ -8,7 +8,11 @@ best neighbour that does and repeat, until none does, the measurement budget (a 
 or the time budget is (``deadline``: what ``servelab select --time-budget-min`` leaves after the peers' share).
 Then :func:`confirm`: the incumbent and its nearest rivals are searched again, in alternating order, and the
 median search of each stands (one search of one point varies by up to +-30% between runs on 2 shared cores, so
-a climb that stops on one lucky figure would otherwise pick on luck).
+a climb that stops on one lucky figure would otherwise pick on luck); a measured point whose one figure still
+tops the confirmed pick is confirmed against it in turn. A lucky incumbent also sets the bar its neighbours were
+cut short against too high: after confirming, every neighbour cut short against a bar above the confirmed rate
+is searched again against that rate, and where one beats it the climb goes on from there and is confirmed again
+(at most :data:`RECLIMBS` times).
 """
 
 from __future__ import annotations
@@ -42,6 +46,11 @@ CONFIRM_RIVALS = 2
 CONFIRM_WITHIN = 0.2
 #: ... this many more times each, in alternating order; the median search of each stands
 CONFIRM_ROUNDS = 2
+#: after confirming, a measured point whose one figure tops the pick's median is confirmed too: at most this many
+CONFIRM_OUTSIDERS = 3
+#: neighbours cut short against a bar above the confirmed rate are searched again, and the climb resumed from
+#: one that beats it, at most this many times
+RECLIMBS = 2
 
 
 @dataclass
@@ -103,10 +112,11 @@ class Measurer:
         started = time.perf_counter()
         return self._keep(c, self._search(c, incumbent), started)
 
-    def remeasure(self, c: Candidate) -> RateSearch:
-        """Search an already measured point again, in full (no incumbent to stop at); it stays one grid point."""
+    def remeasure(self, c: Candidate, incumbent: float | None = None) -> RateSearch:
+        """Search an already measured point again, in full or (``incumbent``) only as far as needed to know
+        whether it beats that rate; it stays one grid point. The caller keeps the search in ``searches``."""
         started = time.perf_counter()
-        search = self._search(c, None)
+        search = self._search(c, incumbent)
         self.results[c].seconds += time.perf_counter() - started
         return search
 
@@ -194,26 +204,51 @@ def _ordered(neighbours: list[Candidate], incumbent: Candidate) -> list[Candidat
 
 def _spent(measurer: Measurer, budget: int, deadline: float | None, log: list[str]) -> bool:
     """Whether the point budget or the time budget is used up (said once in the log)."""
+    said = None
     if len(measurer.results) >= budget:
-        log.append(f"budget of {budget} grid points reached")
-        return True
-    if deadline is not None and time.perf_counter() >= deadline:
-        log.append(f"time budget reached after {len(measurer.results)} grid points")
-        return True
-    return False
+        said = f"budget of {budget} grid points reached"
+    elif _late(deadline):
+        said = f"time budget reached after {len(measurer.results)} grid points"
+    if said is not None and said not in log:
+        log.append(said)
+    return said is not None
+
+
+def _late(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() >= deadline
 
 
 def quick_search(
     grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int, deadline: float | None = None,
     hints: StartHints = StartHints(), confirm_rounds: int = CONFIRM_ROUNDS,
 ) -> tuple[Candidate | None, list[str]]:
-    """Climb from :func:`start_point` (``hints``: the in-process run's, of the first survivor), then
-    :func:`confirm` the incumbent against its rivals ``confirm_rounds`` times; returns the pick and a log of
-    the moves. ``deadline`` is a ``time.perf_counter()`` value after which nothing new is measured."""
+    """Climb from :func:`start_point` (``hints``: the in-process run's, of the first survivor), :func:`confirm`
+    the incumbent against its rivals ``confirm_rounds`` times, then search again the neighbours cut short
+    against a bar the confirmed rate does not reach and climb on from one that beats it; returns the pick and a
+    log of the moves. ``deadline`` is a ``time.perf_counter()`` value after which nothing new is measured."""
     pool = tuple(survivors)
     incumbent = start_point(grid, survivors[0], hints)
-    current = measurer.measure(incumbent)
-    log = [f"start {incumbent.label}{hints.describe()}: {current.max_rate:,.0f} req/s within the SLA"]
+    first = measurer.measure(incumbent)
+    log = [f"start {incumbent.label}{hints.describe()}: {first.max_rate:,.0f} req/s within the SLA"]
+    bars: dict[Candidate, float] = {}  # a neighbour cut short -> the incumbent rate it was measured against
+    incumbent = _climb(grid, pool, measurer, incumbent, budget, deadline, log, bars)
+    if measurer.results[incumbent].max_rate > 0 and confirm_rounds > 0:
+        incumbent = confirm(measurer, incumbent, confirm_rounds, deadline, log)
+        for _ in range(RECLIMBS):
+            moved = _recheck(measurer, incumbent, deadline, log, bars)
+            if moved is None:
+                break
+            incumbent = _climb(grid, pool, measurer, moved, budget, deadline, log, bars)
+            incumbent = confirm(measurer, incumbent, confirm_rounds, deadline, log)
+    measurer.close()
+    return (incumbent if measurer.results[incumbent].max_rate > 0 else None), log
+
+
+def _climb(grid: Grid, pool: tuple[ArtefactRef, ...], measurer: Measurer, incumbent: Candidate, budget: int,
+           deadline: float | None, log: list[str], bars: dict[Candidate, float]) -> Candidate:
+    """Move to the best neighbour that beats the incumbent until none does or a budget is spent; each neighbour
+    cut short is noted in ``bars`` with the rate it had to beat."""
+    current = measurer.results[incumbent]
     stopped = False
     while not stopped:
         fresh = [n for n in grid.neighbours(incumbent, pool) if n not in measurer.results]
@@ -224,7 +259,10 @@ def quick_search(
             if _spent(measurer, budget, deadline, log):
                 stopped = True
                 break
-            m = measurer.measure(n, incumbent=current.max_rate or None)
+            bar = current.max_rate or None
+            m = measurer.measure(n, incumbent=bar)
+            if bar is not None and not m.complete and m.search.error is None:
+                bars[n] = bar
             better = m.complete and m.max_rate > current.max_rate * (1 + IMPROVEMENT)
             if better and (best is None or m.max_rate > best.max_rate):
                 best = m
@@ -234,10 +272,39 @@ def quick_search(
             break
         log.append(f"move to {best.candidate.label}: {best.max_rate:,.0f} req/s")
         incumbent, current = best.candidate, best
-    if current.max_rate > 0:
-        incumbent = confirm(measurer, incumbent, confirm_rounds, deadline, log)
-    measurer.close()
-    return (incumbent if measurer.results[incumbent].max_rate > 0 else None), log
+    return incumbent
+
+
+def _recheck(measurer: Measurer, incumbent: Candidate, deadline: float | None, log: list[str],
+             bars: dict[Candidate, float]) -> Candidate | None:
+    """Search again, against the confirmed rate, every point cut short against a bar above it and not since
+    confirmed (best figure first); returns the one that beats that rate by the most, or None."""
+    rate = measurer.results[incumbent].max_rate
+    doubtful = sorted((c for c, bar in bars.items()
+                       if bar > rate * (1 + IMPROVEMENT) and not measurer.results[c].complete),
+                      key=lambda c: -measurer.results[c].figure)  # fmt: skip
+    if not doubtful or _late(deadline):
+        return None
+    log.append(f"{len(doubtful)} point(s) cut short against up to {max(bars[c] for c in doubtful):,.0f} req/s, "
+               f"above the confirmed {rate:,.0f}: searched again against it")  # fmt: skip
+    best: Measured | None = None
+    for c in doubtful:
+        if _late(deadline):
+            log.append("time budget reached while searching again")
+            break
+        m = measurer.results[c]
+        m.searches.append(measurer.remeasure(c, rate))
+        m.search = _median(m.searches)
+        bars.pop(c)
+        if not m.complete:
+            bars[c] = rate
+        elif m.max_rate > rate * (1 + IMPROVEMENT) and (best is None or m.max_rate > best.max_rate):
+            best = m
+    if best is None:
+        log.append(f"none beats {rate:,.0f} req/s: stop")
+        return None
+    log.append(f"move to {best.candidate.label}: {best.max_rate:,.0f} req/s")
+    return best.candidate
 
 
 def _median(searches: list[RateSearch]) -> RateSearch:
@@ -251,28 +318,43 @@ def confirm(measurer: Measurer, incumbent: Candidate, rounds: int, deadline: flo
     """Search the incumbent and its rivals (at most :data:`CONFIRM_RIVALS` other measured points whose
     :attr:`Measured.figure` comes within :data:`CONFIRM_WITHIN` of its rate) ``rounds`` more times each, in
     alternating order, so that drift on the machine falls on every one alike; each point's median search then
-    stands in ``measurer.results`` (what the decision reads) and the best median is returned. Measures no new
-    grid point; stops at ``deadline``."""
+    stands in ``measurer.results`` (what the decision reads). Then any measured point searched once whose figure
+    tops the best median is confirmed against it the same way (at most :data:`CONFIRM_OUTSIDERS`), so that no
+    single lucky figure outranks a median. Returns the best median. Measures no new grid point; stops at
+    ``deadline``."""
+    if rounds <= 0 or _late(deadline):
+        return incumbent
     lead = measurer.results[incumbent]
     floor = (1 - CONFIRM_WITHIN) * lead.max_rate
     rivals = sorted((m for m in measurer.results.values() if m.candidate != incumbent and m.search.error is None
                      and m.figure >= floor), key=lambda m: -m.figure)[:CONFIRM_RIVALS]  # fmt: skip
-    if rounds <= 0 or not rivals:
-        return incumbent
-    group = [lead, *rivals]
+    pick = _confirm_group(measurer, [lead, *rivals], rounds, deadline, log)
+    for _ in range(CONFIRM_OUTSIDERS):
+        outsiders = [m for m in measurer.results.values()
+                     if len(m.searches) <= 1 and m.complete and m.max_rate > pick.max_rate]  # fmt: skip
+        if not outsiders or _late(deadline):
+            break
+        pick = _confirm_group(measurer, [pick, max(outsiders, key=lambda m: m.max_rate)], rounds, deadline, log)
+    return pick.candidate
+
+
+def _confirm_group(measurer: Measurer, group: list[Measured], rounds: int, deadline: float | None,
+                   log: list[str]) -> Measured:
+    """``rounds`` more searches of each of ``group`` in alternating order; medians stand; the best is returned
+    (the first of ``group`` on a tie)."""
     turns = [m for r in range(rounds) for m in (group[::-1] if r % 2 == 0 else group)]
     for i, m in enumerate(turns):
-        if deadline is not None and time.perf_counter() >= deadline:
+        if _late(deadline):
             log.append(f"time budget reached while confirming ({i} of {len(turns)} searches done)")
             break
         m.searches.append(measurer.remeasure(m.candidate))
     for m in group:
         m.search = _median(m.searches)
-    pick = max(group, key=lambda m: (m.max_rate, m is lead))
+    pick = max(group, key=lambda m: (m.max_rate, m is group[0]))
     rates = "; ".join(f"{m.candidate.label} {'/'.join(f'{s.best_rate:,.0f}' for s in m.searches)} -> {m.max_rate:,.0f}"
                       for m in group)  # fmt: skip
     log.append(f"confirmed (req/s of each search -> median): {rates}; pick {pick.candidate.label}")
-    return pick.candidate
+    return pick
 
 
 def exhaustive_search(points: list[Candidate], measurer: Measurer) -> None:

@@ -47,8 +47,10 @@ class Landscape:
         self.results[c] = m
         return m
 
-    def remeasure(self, c: Candidate) -> RateSearch:
-        return RateSearch(best_rate=_rate(c))
+    def remeasure(self, c: Candidate, incumbent: float | None = None) -> RateSearch:
+        rate = _rate(c)
+        complete = incumbent is None or rate > incumbent * 1.03
+        return RateSearch(best_rate=rate if complete else 0.0, complete=complete)
 
     def close(self) -> None:
         pass
@@ -76,8 +78,10 @@ class NoisyLandscape(Landscape):
         self.results[c] = m
         return m
 
-    def remeasure(self, c: Candidate) -> RateSearch:
-        return RateSearch(best_rate=self._next(c))
+    def remeasure(self, c: Candidate, incumbent: float | None = None) -> RateSearch:
+        rate = self._next(c)
+        complete = incumbent is None or rate > incumbent * 1.03
+        return RateSearch(best_rate=rate if complete else 0.0, complete=complete)
 
 
 def _grid() -> Grid:
@@ -138,16 +142,54 @@ def test_the_pick_is_confirmed_against_near_rivals_by_the_median_of_alternating_
     pick, log = quick_search(grid, [ORT, OV], land, budget=4, hints=StartHints(1.1, 1.0))  # type: ignore[arg-type]
     assert log[0].startswith("start onnxruntime/fp32 off x1 t1 rest")
     assert pick == steady, log
-    assert log[-1].startswith("confirmed") and "pick openvino/fp32 off x1 t1 rest" in log[-1]
+    confirmed = next(line for line in log if line.startswith("confirmed"))
+    assert "pick openvino/fp32 off x1 t1 rest" in confirmed
     assert land.results[lucky].max_rate == 1000.0 and len(land.results[lucky].searches) == 3
     assert land.results[steady].max_rate == 1160.0  # the cut-short first search left out: upper of two
-    assert land.searched.count(far) == 1  # 500 < 80% of 1,300: no rival
+    # 500 < 80% of 1,300: no rival; cut short against 1,300, it is searched once more against the median 1,160
+    assert land.searched.count(far) == 2 and log[-2:] == [
+        "1 point(s) cut short against up to 1,300 req/s, above the confirmed 1,160: searched again against it",
+        "none beats 1,160 req/s: stop"]
     assert len(land.results) == 3  # confirming measures no new grid point
     # alternating order: the first round from the last rival, the second from the incumbent
-    assert land.searched[-4:] == [steady, lucky, lucky, steady]
+    assert land.searched[-5:-1] == [steady, lucky, lucky, steady]
     # with no rounds the climb's figures stand
     again = NoisyLandscape(figures=land.figures)
     assert quick_search(grid, [ORT, OV], again, budget=4, hints=StartHints(1.1, 1.0), confirm_rounds=0)[0] == lucky  # type: ignore[arg-type]
+
+
+def test_a_point_searched_once_does_not_outrank_a_confirmed_median() -> None:
+    """The start (ORT off, ~1,500 every time) is left for a lucky neighbour (ORT b8: 3,000 once, 1,000 after)
+    too far above it to be a rival; once the neighbour's median is 1,000 the start's one figure tops it, so the
+    start is confirmed against it and wins (before, the unconfirmed figure and the pick disagreed)."""
+    grid = Grid((ORT,), (Batching(), Batching(8, 200)), (1,), (1,), ("rest",))
+    steady, lucky = Candidate(ORT, Batching(), 1, 1, "rest"), Candidate(ORT, Batching(8, 200), 1, 1, "rest")
+    land = NoisyLandscape(figures={steady: [1500.0, 1490.0, 1510.0], lucky: [3000.0, 1000.0, 1000.0, 1000.0]})
+    pick, log = quick_search(grid, [ORT], land, budget=2, hints=StartHints(1.1, 1.0))  # type: ignore[arg-type]
+    assert log[1] == "move to onnxruntime/fp32 b8/200us x1 t1 rest: 3,000 req/s", log
+    assert pick == steady, log
+    assert land.results[lucky].max_rate == 1000.0 and land.results[steady].max_rate == 1500.0
+    assert len(land.results[steady].searches) == 3  # the climb's search and two confirming ones
+    assert "pick onnxruntime/fp32 off x1 t1 rest" in log[-1]
+
+
+def test_neighbours_cut_short_against_a_lucky_incumbent_are_searched_again_against_its_median() -> None:
+    """The start (ORT b8: 3,000 once, 1,000 after) cuts its neighbour (ORT off, 1,500 every time) short; once
+    the start's median is 1,000 the neighbour is searched again against that, beats it, and is the pick."""
+    grid = Grid((ORT,), (Batching(), Batching(8, 200)), (1,), (1,), ("rest",))
+    lucky, steady = Candidate(ORT, Batching(8, 200), 1, 1, "rest"), Candidate(ORT, Batching(), 1, 1, "rest")
+    land = NoisyLandscape(figures={lucky: [3000.0, 1000.0, 1000.0, 1000.0], steady: [1500.0]})
+    pick, log = quick_search(grid, [ORT], land, budget=2)  # type: ignore[arg-type]
+    assert log[0].startswith("start onnxruntime/fp32 b8/200us x1 t1 rest: 3,000"), log
+    assert not land.results[steady].searches[0].complete  # cut short against 3,000
+    assert any(line.startswith("1 point(s) cut short against up to 3,000 req/s, above the confirmed 1,000") for line in log), log
+    assert pick == steady, log
+    assert land.results[steady].max_rate == 1500.0 and land.results[lucky].max_rate == 1000.0
+    assert len(land.results) == 2  # searching again measures no new grid point
+    # a deterministic landscape has nothing to search again: the climb's pick stands
+    plain = Landscape()
+    best = max(_grid().points(), key=_rate)
+    assert quick_search(_grid(), [ORT, OV], plain, budget=12)[0] == best  # type: ignore[arg-type]
 
 
 def test_the_budget_stops_the_climb() -> None:
