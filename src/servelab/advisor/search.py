@@ -186,13 +186,16 @@ class StartHints:
         return f" (in process: {', '.join(parts)})" if parts else ""
 
 
-def start_point(grid: Grid, best: ArtefactRef, hints: StartHints = StartHints()) -> Candidate:
-    """The climb's start: one instance, the first front door, dynamic batching on (the middle setting) and
-    every thread, unless the in-process ``hints`` say batching or the extra threads do not pay."""
+def start_point(grid: Grid, best: ArtefactRef, hints: StartHints = StartHints(), concurrency: int | None = None) -> Candidate:
+    """The climb's start: one instance, the first front door, dynamic batching on and every thread, unless the
+    in-process ``hints`` say batching or the extra threads do not pay. The batching: with the load's
+    ``concurrency`` known, the largest max batch that load can fill (a larger one never fills from it, so every
+    batch waits out its queue delay); else the middle setting."""
     on = [b for b in grid.batchings if b.on and b.max_batch_size <= best.max_batch_size] or list(grid.batchings)
     off = [b for b in grid.batchings if not b.on]
+    fills = [b for b in on if concurrency is not None and b.max_batch_size <= concurrency]
     gain, tgain = hints.batching_gain, hints.threads_gain
-    batching = off[0] if off and gain is not None and gain < BATCHING_PAYS else on[len(on) // 2]
+    batching = off[0] if off and gain is not None and gain < BATCHING_PAYS else fills[-1] if fills else on[len(on) // 2]
     threads = min(grid.threads) if tgain is not None and tgain < THREADS_PAY else max(grid.threads)
     return Candidate(best, batching, min(grid.instances), threads, grid.front_doors[0])  # type: ignore[arg-type]
 
@@ -220,14 +223,15 @@ def _late(deadline: float | None) -> bool:
 
 def quick_search(
     grid: Grid, survivors: list[ArtefactRef], measurer: Measurer, budget: int, deadline: float | None = None,
-    hints: StartHints = StartHints(), confirm_rounds: int = CONFIRM_ROUNDS,
+    hints: StartHints = StartHints(), confirm_rounds: int = CONFIRM_ROUNDS, concurrency: int | None = None,
 ) -> tuple[Candidate | None, list[str]]:
     """Climb from :func:`start_point` (``hints``: the in-process run's, of the first survivor), :func:`confirm`
     the incumbent against its rivals ``confirm_rounds`` times, then search again the neighbours cut short
     against a bar the confirmed rate does not reach and climb on from one that beats it; returns the pick and a
-    log of the moves. ``deadline`` is a ``time.perf_counter()`` value after which nothing new is measured."""
+    log of the moves. ``deadline`` is a ``time.perf_counter()`` value after which nothing new is measured;
+    ``concurrency``: the measuring load's (:func:`start_point`)."""
     pool = tuple(survivors)
-    incumbent = start_point(grid, survivors[0], hints)
+    incumbent = start_point(grid, survivors[0], hints, concurrency)
     first = measurer.measure(incumbent)
     log = [f"start {incumbent.label}{hints.describe()}: {first.max_rate:,.0f} req/s within the SLA"]
     bars: dict[Candidate, float] = {}  # a neighbour cut short -> the incumbent rate it was measured against

@@ -272,7 +272,8 @@ def run_select(spec: SelectSpec, progress: Progress | None = None) -> SelectResu
         budget = max(1, math.floor(spec.budget_fraction * grid.size))
         deadline = None if spec.time_budget_s is None else started + spec.time_budget_s - PEER_RESERVE_S * len(spec.peers)
         hints = _start_hints(spec, converted, samples, next(r for r in inproc if r.artefact == survivors[0]), say)
-        _, log = quick_search(grid, survivors, measurer, budget, deadline, hints)
+        _, log = quick_search(grid, survivors, measurer, budget, deadline, hints,
+                              concurrency=spec.measure.closed_concurrency)  # fmt: skip
     log = [grid_note, *log] if grid_note else log
     peers = _peers(spec, converted, say)
     rows = _rows(converted, measurer.results, peers)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid, parse_batching
-from servelab.advisor.inprocess import choose_batch
+from servelab.advisor.inprocess import InProcessResult, choose_batch, prune
 from servelab.advisor.matrix import Constraints, Row, decide, load_qualitative, parse_weights
 from servelab.advisor.search import Measured, StartHints, batching_gain, quick_search, start_point
 from servelab.advisor.wire import (
@@ -113,6 +113,11 @@ def test_batching_is_the_start_only_where_the_in_process_run_says_it_pays() -> N
     assert start_point(grid, ORT).threads == 2
     assert start_point(grid, ORT, StartHints(heavy, threads_gain=1.1)).threads == 1  # a second thread does not pay
     assert start_point(grid, ORT, StartHints(heavy, threads_gain=1.8)).threads == 2
+    # with the load's concurrency known: the largest max batch it can fill (32 never fills from 16 in flight)
+    assert start_point(grid, ORT, StartHints(heavy), concurrency=16).batching == Batching(8, 200)
+    assert start_point(grid, ORT, StartHints(heavy), concurrency=64).batching == Batching(32, 1000)
+    assert start_point(grid, ORT, StartHints(heavy), concurrency=4).batching == Batching(32, 1000)  # none fills
+    assert not start_point(grid, ORT, StartHints(cheap), concurrency=16).batching.on
     assert batching_gain(float("nan"), 0.0) == 1.0
 
 
@@ -190,6 +195,26 @@ def test_neighbours_cut_short_against_a_lucky_incumbent_are_searched_again_again
     plain = Landscape()
     best = max(_grid().points(), key=_rate)
     assert quick_search(_grid(), [ORT, OV], plain, budget=12)[0] == best  # type: ignore[arg-type]
+
+
+def test_prune_keeps_the_fastest_and_the_lowest_latency_and_says_why_the_rest_went() -> None:
+    """The text encoder's in-process figures (2026-12-03): ONNX Runtime INT8 was fourth at batch 32 but had the
+    lowest one-row latency, and served (small batches) it was the best; it is kept beside the three fastest."""
+    def art(name: str) -> ArtefactRef:
+        backend, precision = name.split("/")
+        return ArtefactRef(f"text_{backend}_{precision}", backend, precision, 32)
+
+    figures = {"onnxruntime/fp32": (0.240, 8273), "onnxruntime/fp16": (0.271, 6905), "onnxruntime/int8": (0.225, 8173),
+               "openvino/fp32": (0.249, 10476), "pytorch/fp32": (0.338, 9096), "pytorch/int8": (0.264, 11919)}  # fmt: skip
+    results = [InProcessResult(art(k), lat, rows, 32, 100) for k, (lat, rows) in figures.items()]
+    kept, why = prune(results, keep=3)
+    assert [a.label for a in kept] == ["pytorch/int8", "openvino/fp32", "onnxruntime/fp32", "onnxruntime/int8"]
+    assert why["text_onnxruntime_fp16"].startswith("dominated in process by onnxruntime/fp32")
+    assert why["text_pytorch_fp32"].startswith("dominated in process by openvino/fp32")
+    # the lowest latency already among the fastest: nothing added
+    fast = [*results[:-1], InProcessResult(art("pytorch/int8"), 0.22, 11000, 32, 100)]
+    kept, why = prune(fast, keep=3)
+    assert len(kept) == 3 and "not among the 3 fastest in process" in why["text_onnxruntime_int8"]
 
 
 def test_the_budget_stops_the_climb() -> None:
