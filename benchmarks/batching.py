@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from servelab.bench.net import free_ports
+from servelab.bench.serverproc import exit_on_sigterm
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
 
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
@@ -295,4 +296,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a SIGTERM (a timeout) still stops the servers this script started
     main()

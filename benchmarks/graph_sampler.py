@@ -23,6 +23,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from servelab.bench.serverproc import exit_on_sigterm
 from servelab.graph.sampler import NumbaSampler, PythonSampler
 from servelab.graph.store import GraphStore
 from servelab.graph.synth import synth_graph
@@ -172,4 +173,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a SIGTERM (a timeout) still stops the servers this script started
     main()

@@ -55,6 +55,7 @@ from graphsage_wire import (  # noqa: E402
     TritonOptions,
 )
 
+from servelab.bench.serverproc import exit_on_sigterm  # noqa: E402
 from servelab.graph.export import export_repository  # noqa: E402
 
 __all__ = ["BASELINE_E2E", "E2ERow", "Load", "TorchServeOptions", "TritonOptions", "comparisons", "run_e2e",
@@ -370,4 +371,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a SIGTERM (a timeout) still stops the servers this script started
     main()

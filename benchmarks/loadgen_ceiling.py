@@ -22,6 +22,7 @@ from rich.table import Table
 from servelab.bench import LoadSpec, TargetSpec, measure_level
 from servelab.bench.nullserver import NullServer
 from servelab.bench.results_md import add_results_md_options, write_results
+from servelab.bench.serverproc import exit_on_sigterm
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
 
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
@@ -133,4 +134,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a SIGTERM (a timeout) still stops the servers this script started
     main()

@@ -28,7 +28,7 @@ from _examples import simple_repository
 from servelab.bench import InputSpec, LoadSpec, TargetSpec, run_sweep
 from servelab.bench.net import free_ports
 from servelab.bench.results_md import add_results_md_options, write_results
-from servelab.bench.serverproc import servelab_serve
+from servelab.bench.serverproc import exit_on_sigterm, servelab_serve
 from servelab.config.settings import ServerSettings
 from servelab.deploy import ray_deploy
 
@@ -150,4 +150,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a SIGTERM (a timeout) still stops the servers this script started
     main()

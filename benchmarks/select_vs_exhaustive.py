@@ -41,6 +41,7 @@ from servelab.advisor.search import Measurer  # noqa: E402
 from servelab.advisor.select import SelectResult, SelectSpec, run_select  # noqa: E402
 from servelab.advisor.wire import MeasureSettings  # noqa: E402
 from servelab.bench.results_md import args_for_json, write_section  # noqa: E402
+from servelab.bench.serverproc import exit_on_sigterm  # noqa: E402
 from servelab.convert.pipeline import ConvertSpec, convert  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "select_vs_exhaustive.json"
@@ -340,4 +341,5 @@ def replace_args(args: argparse.Namespace, **changes: Any) -> argparse.Namespace
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a SIGTERM (a timeout) still stops the servers this script started
     main()

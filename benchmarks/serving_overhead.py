@@ -41,7 +41,7 @@ import orjson  # noqa: E402
 from _examples import simple_repository  # noqa: E402
 
 from servelab.bench.net import free_ports  # noqa: E402
-from servelab.bench.serverproc import running, servelab_serve  # noqa: E402
+from servelab.bench.serverproc import exit_on_sigterm, running, servelab_serve  # noqa: E402
 from servelab.protocol import grpc_service_pb2 as pb  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -313,4 +313,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a SIGTERM (a timeout) still stops the servers this script started
     main()

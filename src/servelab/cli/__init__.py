@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import typer
 
+from servelab.bench.serverproc import exit_on_sigterm
 from servelab.cli import bench as _bench
 from servelab.cli import check_triton as _check_triton
 from servelab.cli import compare as _compare
@@ -48,6 +49,7 @@ def main() -> None:
     # thread hops (measured in servelab.config.grpc_runtime).
     disable_grpc_experiments(SERVER_EXPERIMENTS + CLIENT_EXPERIMENTS)
     disable_numpy_hugepages()  # no GIL-held memory compaction in large arrays (servelab.config.numpy_runtime)
+    exit_on_sigterm()  # a SIGTERM'd compare/bench/select stops the servers it started (`serve` installs its own)
     app()
 
 
