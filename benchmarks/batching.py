@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from servelab.bench.net import free_ports
-from servelab.bench.serverproc import exit_on_sigterm
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
+from servelab.config.signals import exit_on_sigterm
 
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
 

@@ -23,7 +23,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from servelab.bench.serverproc import exit_on_sigterm
+from servelab.config.signals import exit_on_sigterm
 from servelab.graph.sampler import NumbaSampler, PythonSampler
 from servelab.graph.store import GraphStore
 from servelab.graph.synth import synth_graph

@@ -37,7 +37,7 @@ from graphsage_timing import PipelineFn, Row, measure, pipeline
 from rich.console import Console
 from rich.table import Table
 
-from servelab.bench.serverproc import exit_on_sigterm
+from servelab.config.signals import exit_on_sigterm
 from servelab.graph.export import export_artifact
 from servelab.graph.model import SageConfig, SageLayers, load_model, save_model
 from servelab.graph.sampler import NumbaSampler, PythonSampler

@@ -55,7 +55,7 @@ from graphsage_wire import (  # noqa: E402
     TritonOptions,
 )
 
-from servelab.bench.serverproc import exit_on_sigterm  # noqa: E402
+from servelab.config.signals import exit_on_sigterm  # noqa: E402
 from servelab.graph.export import export_repository  # noqa: E402
 
 __all__ = ["BASELINE_E2E", "E2ERow", "Load", "TorchServeOptions", "TritonOptions", "comparisons", "run_e2e",

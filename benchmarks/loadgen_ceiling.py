@@ -22,8 +22,8 @@ from rich.table import Table
 from servelab.bench import LoadSpec, TargetSpec, measure_level
 from servelab.bench.nullserver import NullServer
 from servelab.bench.results_md import add_results_md_options, write_results
-from servelab.bench.serverproc import exit_on_sigterm
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, disable_grpc_experiments
+from servelab.config.signals import exit_on_sigterm
 
 disable_grpc_experiments(CLIENT_EXPERIMENTS)  # before grpc is imported: the gRPC client as servelab's own
 

@@ -28,8 +28,9 @@ from _examples import simple_repository
 from servelab.bench import InputSpec, LoadSpec, TargetSpec, run_sweep
 from servelab.bench.net import free_ports
 from servelab.bench.results_md import add_results_md_options, write_results
-from servelab.bench.serverproc import exit_on_sigterm, servelab_serve
+from servelab.bench.serverproc import servelab_serve
 from servelab.config.settings import ServerSettings
+from servelab.config.signals import exit_on_sigterm
 from servelab.deploy import ray_deploy
 
 HERE = Path(__file__).resolve().parent

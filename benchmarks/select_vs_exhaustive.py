@@ -41,7 +41,7 @@ from servelab.advisor.search import Measurer  # noqa: E402
 from servelab.advisor.select import SelectResult, SelectSpec, run_select  # noqa: E402
 from servelab.advisor.wire import MeasureSettings  # noqa: E402
 from servelab.bench.results_md import args_for_json, write_section  # noqa: E402
-from servelab.bench.serverproc import exit_on_sigterm  # noqa: E402
+from servelab.config.signals import exit_on_sigterm  # noqa: E402
 from servelab.convert.pipeline import ConvertSpec, convert  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "select_vs_exhaustive.json"

@@ -41,7 +41,8 @@ import orjson  # noqa: E402
 from _examples import simple_repository  # noqa: E402
 
 from servelab.bench.net import free_ports  # noqa: E402
-from servelab.bench.serverproc import exit_on_sigterm, running, servelab_serve  # noqa: E402
+from servelab.bench.serverproc import running, servelab_serve  # noqa: E402
+from servelab.config.signals import exit_on_sigterm  # noqa: E402
 from servelab.protocol import grpc_service_pb2 as pb  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

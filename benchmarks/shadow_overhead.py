@@ -42,7 +42,7 @@ from servelab.bench import LevelResult, LoadSpec, TargetSpec, measure_level
 from servelab.bench.net import http_status
 from servelab.bench.peers.servelab_target import ServelabPeer
 from servelab.bench.results_md import add_results_md_options, args_for_json, write_results
-from servelab.bench.serverproc import exit_on_sigterm
+from servelab.config.signals import exit_on_sigterm
 
 HERE = Path(__file__).resolve().parent
 RESULT = HERE / "results" / "shadow_overhead.json"

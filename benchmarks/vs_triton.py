@@ -243,7 +243,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from servelab.bench.serverproc import exit_on_sigterm
+    from servelab.config.signals import exit_on_sigterm
 
     exit_on_sigterm()  # a SIGTERM (a timeout) still stops the servers this script started
     main()

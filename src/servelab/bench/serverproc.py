@@ -21,20 +21,9 @@ from pathlib import Path
 from servelab.bench.net import HOST, free_ports, http_status, wait_until
 
 __all__ = [
-    "ServePorts", "ServeProcess", "exit_on_sigterm", "running", "serve_argv", "servelab_serve", "stop_process",
+    "ServePorts", "ServeProcess", "running", "serve_argv", "servelab_serve", "stop_process",
 ]  # fmt: skip
 
-
-def exit_on_sigterm() -> None:
-    """Make SIGTERM end this process the way Ctrl-C does: as ``SystemExit(143)`` raised in the main thread, so
-    ``finally`` blocks and context managers run and the servers it started are stopped. Python's default
-    SIGTERM ends the process at once and leaves its child servers running, holding ports and cores (a timed-out
-    benchmark or a ``timeout`` wrapper sends SIGTERM). For scripts and the CLI; a server installs its own."""
-
-    def _exit(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _exit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import typer
 
-from servelab.bench.serverproc import exit_on_sigterm
 from servelab.cli import bench as _bench
 from servelab.cli import check_triton as _check_triton
 from servelab.cli import compare as _compare
@@ -24,6 +23,7 @@ from servelab.cli import select as _select
 from servelab.cli import serve as _serve
 from servelab.config.grpc_runtime import CLIENT_EXPERIMENTS, SERVER_EXPERIMENTS, disable_grpc_experiments
 from servelab.config.numpy_runtime import disable_numpy_hugepages
+from servelab.config.signals import exit_on_sigterm
 
 app = typer.Typer(
     no_args_is_help=True,

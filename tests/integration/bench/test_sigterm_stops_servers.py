@@ -2,7 +2,7 @@
 
 Python's default SIGTERM ends a process at once, skipping ``finally`` blocks, so every ``servelab serve`` a
 ``servelab compare`` or a benchmark had started was left running, holding ports and cores. The CLI and the
-benchmarks call :func:`servelab.bench.serverproc.exit_on_sigterm`; these runs check it end to end: a real
+benchmarks call :func:`servelab.config.signals.exit_on_sigterm`; these runs check it end to end: a real
 ``servelab compare`` and a script with a real ``servelab serve`` child, SIGTERM'd while they measure.
 """
 
@@ -66,7 +66,8 @@ def test_a_benchmark_script_stopped_with_sigterm_stops_its_server(tmp_path: Path
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from servelab.bench.serverproc import exit_on_sigterm, servelab_serve\n"
+        "from servelab.bench.serverproc import servelab_serve\n"
+        "from servelab.config.signals import exit_on_sigterm\n"
         "exit_on_sigterm()\n"
         "with servelab_serve(Path(sys.argv[1])):\n"
         "    time.sleep(600)\n"
