@@ -299,10 +299,11 @@ def _recheck(measurer: Measurer, incumbent: Candidate, deadline: float | None, l
         m = measurer.results[c]
         m.searches.append(measurer.remeasure(c, rate))
         m.search = _median(m.searches)
-        bars.pop(c)
         if not m.complete:
-            bars[c] = rate
-        elif m.max_rate > rate * (1 + IMPROVEMENT) and (best is None or m.max_rate > best.max_rate):
+            bars[c] = rate  # cut short again, now against a confirmed rate
+            continue
+        del bars[c]
+        if m.max_rate > rate * (1 + IMPROVEMENT) and (best is None or m.max_rate > best.max_rate):
             best = m
     if best is None:
         log.append(f"none beats {rate:,.0f} req/s: stop")

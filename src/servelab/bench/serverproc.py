@@ -20,10 +20,7 @@ from pathlib import Path
 
 from servelab.bench.net import HOST, free_ports, http_status, wait_until
 
-__all__ = [
-    "ServePorts", "ServeProcess", "running", "serve_argv", "servelab_serve", "stop_process",
-]  # fmt: skip
-
+__all__ = ["ServePorts", "ServeProcess", "running", "serve_argv", "servelab_serve", "stop_process"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,22 +35,23 @@ def _rate(c: Candidate) -> float:
     return base * (0.9 if c.front_door == "grpc" else 1.0)
 
 
+def _against(rate: float, incumbent: float | None) -> RateSearch:
+    """A search of a point whose rate is ``rate``: cut short unless it beats ``incumbent`` by 3%."""
+    complete = incumbent is None or rate > incumbent * 1.03
+    return RateSearch(best_rate=rate if complete else 0.0, complete=complete)
+
+
 @dataclass
 class Landscape:
     results: dict[Candidate, Measured] = field(default_factory=dict)
 
     def measure(self, c: Candidate, incumbent: float | None = None) -> Measured:
-        rate = _rate(c)
-        complete = incumbent is None or rate > incumbent * 1.03
-        search = RateSearch(best_rate=rate if complete else 0.0, complete=complete)
-        m = Measured(c, search, len(self.results))
+        m = Measured(c, _against(_rate(c), incumbent), len(self.results))
         self.results[c] = m
         return m
 
     def remeasure(self, c: Candidate, incumbent: float | None = None) -> RateSearch:
-        rate = _rate(c)
-        complete = incumbent is None or rate > incumbent * 1.03
-        return RateSearch(best_rate=rate if complete else 0.0, complete=complete)
+        return _against(_rate(c), incumbent)
 
     def close(self) -> None:
         pass
@@ -79,9 +80,7 @@ class NoisyLandscape(Landscape):
         return m
 
     def remeasure(self, c: Candidate, incumbent: float | None = None) -> RateSearch:
-        rate = self._next(c)
-        complete = incumbent is None or rate > incumbent * 1.03
-        return RateSearch(best_rate=rate if complete else 0.0, complete=complete)
+        return _against(self._next(c), incumbent)
 
 
 def _grid() -> Grid:
