@@ -12,7 +12,9 @@ a climb that stops on one lucky figure would otherwise pick on luck); a measured
 tops the confirmed pick is confirmed against it in turn. A lucky incumbent also sets the bar its neighbours were
 cut short against too high: after confirming, every neighbour cut short against a bar above the confirmed rate
 is searched again against that rate, and where one beats it the climb goes on from there and is confirmed again
-(at most :data:`RECLIMBS` times).
+(at most :data:`RECLIMBS` times). With a deadline, each climb and re-check stops early enough to leave the
+confirmation that follows it its time, at the run's own seconds per search (:func:`quick_search`), and a
+confirmation that cannot finish searches every point of its group the same number of times.
 """
 
 from __future__ import annotations
@@ -93,7 +95,14 @@ class Measurer:
     progress: Progress = field(default=lambda _m: None)
     results: dict[Candidate, Measured] = field(default_factory=dict)
     probes: int = 0
+    #: seconds each full search (not cut short against an incumbent) took, server start included
+    full_seconds: list[float] = field(default_factory=list)
     _served: Served | None = None
+
+    @property
+    def seconds_per_search(self) -> float | None:
+        """The mean time of a full search in this run so far (None before the first)."""
+        return sum(self.full_seconds) / len(self.full_seconds) if self.full_seconds else None
 
     def _server(self, c: Candidate) -> Served:
         if self._served is not None and self._served.candidate.server_key == c.server_key:
@@ -110,15 +119,23 @@ class Measurer:
 
     def measure(self, c: Candidate, incumbent: float | None = None) -> Measured:
         started = time.perf_counter()
-        return self._keep(c, self._search(c, incumbent), started)
+        search = self._search(c, incumbent)
+        self._timed(search, incumbent, started)
+        return self._keep(c, search, started)
 
     def remeasure(self, c: Candidate, incumbent: float | None = None) -> RateSearch:
         """Search an already measured point again, in full or (``incumbent``) only as far as needed to know
         whether it beats that rate; it stays one grid point. The caller keeps the search in ``searches``."""
         started = time.perf_counter()
         search = self._search(c, incumbent)
-        self.results[c].seconds += time.perf_counter() - started
+        self.results[c].seconds += self._timed(search, incumbent, started)
         return search
+
+    def _timed(self, search: RateSearch, incumbent: float | None, started: float) -> float:
+        took = time.perf_counter() - started
+        if incumbent is None and search.complete and search.error is None:
+            self.full_seconds.append(took)
+        return took
 
     def _search(self, c: Candidate, incumbent: float | None) -> RateSearch:
         try:
@@ -217,8 +234,36 @@ def _spent(measurer: Measurer, budget: int, deadline: float | None, log: list[st
     return said is not None
 
 
+def _now() -> float:
+    return time.perf_counter()
+
+
 def _late(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() >= deadline
+    return deadline is not None and _now() >= deadline
+
+
+@dataclass(frozen=True)
+class _Reserve:
+    """The deadline of a phase that may move the incumbent: the time budget less what the confirmation after it
+    needs (the incumbent and :data:`CONFIRM_RIVALS` rivals, ``rounds`` searches each, at the run's mean seconds
+    per full search), so that a late move is not left standing on one search."""
+
+    until: float | None
+    why: str = ""
+
+    @classmethod
+    def of(cls, measurer: Measurer, deadline: float | None, rounds: int) -> _Reserve:
+        per = measurer.seconds_per_search
+        if deadline is None or per is None or rounds <= 0:
+            return cls(deadline)
+        kept = (1 + CONFIRM_RIVALS) * rounds * per
+        return cls(deadline - kept, f"{kept:,.0f} s of the time budget kept for confirming "
+                                    f"({1 + CONFIRM_RIVALS} points x {rounds} searches x {per:,.1f} s a search)")
+
+    def said(self, log: list[str]) -> None:
+        """Log the reserve once it is what stopped a phase."""
+        if self.why and _late(self.until) and self.why not in log:
+            log.append(self.why)
 
 
 def quick_search(
@@ -235,15 +280,23 @@ def quick_search(
     first = measurer.measure(incumbent)
     log = [f"start {incumbent.label}{hints.describe()}: {first.max_rate:,.0f} req/s within the SLA"]
     bars: dict[Candidate, float] = {}  # a neighbour cut short -> the incumbent rate it was measured against
-    incumbent = _climb(grid, pool, measurer, incumbent, budget, deadline, log, bars)
+    reserve = _Reserve.of(measurer, deadline, confirm_rounds)
+    incumbent = _climb(grid, pool, measurer, incumbent, budget, reserve.until, log, bars)
+    reserve.said(log)
     if measurer.results[incumbent].max_rate > 0 and confirm_rounds > 0:
         incumbent = confirm(measurer, incumbent, confirm_rounds, deadline, log)
         for _ in range(RECLIMBS):
-            moved = _recheck(measurer, incumbent, deadline, log, bars)
+            reserve = _Reserve.of(measurer, deadline, confirm_rounds)
+            moved = _recheck(measurer, incumbent, reserve.until, log, bars)
+            reserve.said(log)
             if moved is None:
                 break
-            incumbent = _climb(grid, pool, measurer, moved, budget, deadline, log, bars)
-            incumbent = confirm(measurer, incumbent, confirm_rounds, deadline, log)
+            climbed = _climb(grid, pool, measurer, moved, budget, reserve.until, log, bars)
+            reserve.said(log)
+            if _late(deadline):
+                log.append(f"no time left to confirm {climbed.label}: the confirmed {incumbent.label} stands")
+                break
+            incumbent = confirm(measurer, climbed, confirm_rounds, deadline, log)
     measurer.close()
     return (incumbent if measurer.results[incumbent].max_rate > 0 else None), log
 
@@ -287,7 +340,11 @@ def _recheck(measurer: Measurer, incumbent: Candidate, deadline: float | None, l
     doubtful = sorted((c for c, bar in bars.items()
                        if bar > rate * (1 + IMPROVEMENT) and not measurer.results[c].complete),
                       key=lambda c: -measurer.results[c].figure)  # fmt: skip
-    if not doubtful or _late(deadline):
+    if not doubtful:
+        return None
+    if _late(deadline):
+        log.append(f"no time to search again {len(doubtful)} point(s) cut short against up to "
+                   f"{max(bars[c] for c in doubtful):,.0f} req/s")  # fmt: skip
         return None
     log.append(f"{len(doubtful)} point(s) cut short against up to {max(bars[c] for c in doubtful):,.0f} req/s, "
                f"above the confirmed {rate:,.0f}: searched again against it")  # fmt: skip
@@ -314,9 +371,11 @@ def _recheck(measurer: Measurer, incumbent: Candidate, deadline: float | None, l
 
 def _median(searches: list[RateSearch]) -> RateSearch:
     """The search with the median best rate among the full ones (a search cut short against an incumbent says
-    only "did not beat it" and is left out); of an even count, the upper middle one."""
+    only "did not beat it" and is left out); of an even count, the lower middle one, so that a point searched
+    twice does not stand on its luckier search (the climb's first search of a point is the one chosen for
+    being high)."""
     ranked = sorted([s for s in searches if s.complete] or searches, key=lambda s: s.best_rate)
-    return ranked[len(ranked) // 2]
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def confirm(measurer: Measurer, incumbent: Candidate, rounds: int, deadline: float | None, log: list[str]) -> Candidate:
@@ -347,6 +406,12 @@ def _confirm_group(measurer: Measurer, group: list[Measured], rounds: int, deadl
                    log: list[str]) -> Measured:
     """``rounds`` more searches of each of ``group`` in alternating order; medians stand; the best is returned
     (the first of ``group`` on a tie)."""
+    per = measurer.seconds_per_search
+    if deadline is not None and per:
+        fits = max(1, int((deadline - _now()) // (len(group) * per)))  # every point searched alike
+        if fits < rounds:
+            log.append(f"time left for {fits} of {rounds} confirming rounds")
+            rounds = fits
     turns = [m for r in range(rounds) for m in (group[::-1] if r % 2 == 0 else group)]
     for i, m in enumerate(turns):
         if _late(deadline):
