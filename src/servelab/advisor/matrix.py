@@ -65,6 +65,8 @@ class Row:
     search: RateSearch
     accuracy_drop: float = 0.0
     candidate: Candidate | None = None
+    #: searched again and its median stands (None: no confirming in this run, every row alike)
+    confirmed: bool | None = None
     score: float | None = None
     scores: dict[str, float] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
@@ -200,6 +202,9 @@ def _explain(row: Row, winner: Row | None, weights: dict[str, float], front: lis
         return f"could not beat the incumbent's rate within the SLA{seen}: measured no further"
     if winner is None or row.score is None or winner.score is None:
         return "no candidate meets every constraint"
+    if row.confirmed is False and winner.confirmed and row.score > winner.score:
+        return (f"searched once, not confirmed: its one figure ({row.max_rate:,.0f} req/s) does not outrank the "
+                f"winner's confirmed median ({winner.max_rate:,.0f} req/s)")  # fmt: skip
     gaps = sorted(((weights[k] * (winner.scores[k] - row.scores[k]), k) for k in weights), reverse=True)[:2]
     detail = ", ".join(f"{k} {_figure(k, row)} vs {_figure(k, winner)}" for gap, k in gaps if gap > 0)
     tail = "" if row in front else " (off the Pareto front)"
@@ -226,6 +231,9 @@ def decide(rows: list[Row], constraints: Constraints, weights: dict[str, float],
         _check(r, constraints)
     _score(rows, weights, qualitative)
     contenders = [r for r in rows if r.kind == "candidate" and r.feasible and r.score is not None]
+    # a configuration searched once does not outrank a confirmed median (one search varies by up to +-30% on 2
+    # shared cores): where some were confirmed, the winner is one of them
+    contenders = [r for r in contenders if r.confirmed is not False] or contenders
     winner = max(contenders, key=lambda r: (r.score, r.max_rate)) if contenders else None
     front = pareto_front(rows)
     for r in rows:

@@ -127,7 +127,7 @@ class SelectResult:
                            "batch": r.batch, "error": r.error} for r in self.inprocess],
             "rows": [{"label": r.label, "kind": r.kind, "max_rate": r.max_rate, "p99_ms": r.p99_ms, "rss_mb": r.rss_mb,
                       "accuracy_drop": r.accuracy_drop, "score": r.score, "feasible": r.feasible, "verdict": r.verdict,
-                      "search": r.search.to_dict()} for r in self.decision.rows],
+                      "confirmed": r.confirmed, "search": r.search.to_dict()} for r in self.decision.rows],
         }  # fmt: skip
 
 
@@ -201,9 +201,11 @@ def _start_hints(
 
 
 def _rows(converted: Converted, measured: dict[Candidate, Measured], peers: dict[str, PeerRun]) -> list[Row]:
+    confirming = any(sum(s.complete for s in m.searches) > 1 for m in measured.values())
     rows = [
         Row(m.candidate.label, "candidate", m.candidate.artefact.backend, "servelab", m.candidate.front_door,
-            m.candidate.artefact.precision, m.search, m.candidate.artefact.accuracy_drop, m.candidate)
+            m.candidate.artefact.precision, m.search, m.candidate.artefact.accuracy_drop, m.candidate,
+            confirmed=sum(s.complete for s in m.searches) > 1 if confirming else None)
         for m in sorted(measured.values(), key=lambda m: m.order)
     ]  # fmt: skip
     for name, run in peers.items():
