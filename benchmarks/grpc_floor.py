@@ -31,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from vs_triton import inline_copy  # noqa: E402
+from vs_triton import _int_list, _median, inline_copy  # noqa: E402
 
 RESULTS = HERE / "results" / "grpc_floor.json"
 RESULTS_MD = HERE / "RESULTS.md"
@@ -112,11 +112,6 @@ def measure(args: argparse.Namespace, say: Any) -> list[dict[str, Any]]:
     return runs
 
 
-def _median(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    ok = sorted((r for r in runs if r["ok"]), key=lambda r: r["inferences_per_s"])
-    return ok[len(ok) // 2] if ok else None
-
-
 def rows_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     servers = list(dict.fromkeys(r["server"] for r in runs))
     rows = []
@@ -153,10 +148,6 @@ def results_markdown(doc: dict[str, Any]) -> str:
                       _ratio(c.get("floor-aio"), c.get("triton")), _ratio(c.get("servelab"), c.get("triton"))))  # fmt: skip
     failed = [f"- c={r['concurrency']} {srv}: {n} round(s) not stable" for r in doc["rows"] for srv, n in r["failures"].items() if n]
     return head + markdown_table(columns, cells) + ("\n" + "\n".join(failed) + "\n" if failed else "")
-
-
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def main() -> None:

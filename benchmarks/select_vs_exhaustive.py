@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from servelab.advisor.grid import Batching, parse_batching  # noqa: E402
 from servelab.advisor.matrix import Constraints  # noqa: E402
-from servelab.advisor.search import Measurer  # noqa: E402
+from servelab.advisor.measurer import Measurer  # noqa: E402
 from servelab.advisor.select import SelectResult, SelectSpec, run_select  # noqa: E402
 from servelab.advisor.wire import MeasureSettings  # noqa: E402
 from servelab.bench.results_md import args_for_json, write_section  # noqa: E402

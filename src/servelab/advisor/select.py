@@ -25,11 +25,10 @@ from servelab.advisor.converted import Converted, read_converted
 from servelab.advisor.grid import ArtefactRef, Batching, Candidate, Grid
 from servelab.advisor.inprocess import InProcessResult, measure_inprocess, prune
 from servelab.advisor.matrix import Constraints, Decision, Row, decide, load_qualitative
+from servelab.advisor.measurer import Measured, Measurer
 from servelab.advisor.peers import PEERS, PeerRun, measure_peer, peer_artefacts, peer_settings
 from servelab.advisor.search import (
     BATCHING_PAYS,
-    Measured,
-    Measurer,
     StartHints,
     batching_gain,
     exhaustive_search,
