@@ -2,9 +2,10 @@
 
     python benchmarks/_grpc_floor_server.py --mode aio|sync --port N [--workers 4]
 
-It answers what perf_analyzer asks (ServerLive/Ready, ModelReady, ModelMetadata, ModelConfig,
+It answers what perf_analyzer asks (ServerLive/Ready/Metadata, ModelReady, ModelMetadata, ModelConfig,
 ModelStatistics, ModelInfer) for one model, ``add_sub`` (two FP32 [4] inputs, their sum and difference): no
-repository, no scheduler, no worker, no statistics kept, no validation beyond what numpy needs. It is the floor
+repository, no scheduler, no worker, no statistics kept, no validation beyond what numpy needs; grpcio runs
+with the settings `servelab serve` gives it (EventEngine listener off). It is the floor
 ``benchmarks/grpc_floor.py`` measures servelab's gRPC front door against: what any Python server on grpcio
 pays per call before doing anything of its own. ``aio``: ``grpc.aio`` (servelab's front door is one);
 ``sync``: grpcio's thread-pool server. Started and stopped by grpc_floor.py, which reads the port it prints.
@@ -18,14 +19,18 @@ import sys
 from concurrent import futures
 from pathlib import Path
 
-import grpc
-import grpc.aio
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from servelab.protocol import grpc_service_pb2 as pb
-from servelab.protocol import grpc_service_pb2_grpc as pb_grpc
-from servelab.protocol import model_config_pb2 as mc
+from servelab.config.grpc_runtime import SERVER_EXPERIMENTS, disable_grpc_experiments
+
+disable_grpc_experiments(SERVER_EXPERIMENTS)  # the settings `servelab serve` runs grpcio with, before the import
+
+import grpc  # noqa: E402
+import grpc.aio  # noqa: E402
+import numpy as np  # noqa: E402
+
+from servelab.protocol import grpc_service_pb2 as pb  # noqa: E402
+from servelab.protocol import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+from servelab.protocol import model_config_pb2 as mc  # noqa: E402
 
 MODEL = "add_sub"
 _TENSORS = ("INPUT0", "INPUT1"), ("OUTPUT0", "OUTPUT1")
@@ -59,6 +64,7 @@ class Common:
     config = pb.ModelConfigResponse(config=_config())
     metadata = _metadata()
     stats = pb.ModelStatisticsResponse(model_stats=[pb.ModelStatistics(name=MODEL, version="1")])
+    server = pb.ServerMetadataResponse(name="grpc-floor", version="0", extensions=[])
 
 
 class SyncServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -67,6 +73,9 @@ class SyncServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ServerReady(self, request, context):
         return pb.ServerReadyResponse(ready=True)
+
+    def ServerMetadata(self, request, context):
+        return Common.server
 
     def ModelReady(self, request, context):
         return pb.ModelReadyResponse(ready=request.name == MODEL)
@@ -90,6 +99,9 @@ class AioServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ServerReady(self, request, context):
         return pb.ServerReadyResponse(ready=True)
+
+    async def ServerMetadata(self, request, context):
+        return Common.server
 
     async def ModelReady(self, request, context):
         return pb.ModelReadyResponse(ready=request.name == MODEL)
@@ -130,9 +142,14 @@ def main() -> None:
     parser.add_argument("--mode", choices=("aio", "sync"), required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--workers", type=int, default=4, help="sync mode's thread pool")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="aio mode's event loop")
     args = parser.parse_args()
     if args.mode == "sync":
         serve_sync(args.port, args.workers)
+    elif args.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(serve_aio(args.port))
     else:
         asyncio.run(serve_aio(args.port))
 

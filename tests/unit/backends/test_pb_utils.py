@@ -115,6 +115,22 @@ def test_responses_carry_outputs_errors_and_parameters() -> None:
     assert failed.has_error() and failed.error().message() == "no" and failed.output_tensors() == []
     with pytest.raises(pb_utils.TritonModelException, match="pb_utils.Tensor"):
         pb_utils.InferenceResponse([np.ones(2)])  # type: ignore[list-item]
+    plain = pb_utils.InferenceResponse([out])  # no parameters: the JSON of an empty object, as in Triton
+    assert plain.parameters() == "{}" and plain._item(final=True).parameters == {}
+
+
+def test_the_request_execute_gets_reads_like_one_a_model_builds() -> None:
+    """The server's request for execute (built without __init__) answers every accessor __init__'s would."""
+    from servelab.backends.pb_utils._request import InferenceRequest
+
+    built = InferenceRequest(model_name="m", inputs={"X": np.ones(2, np.float32)}, requested_output_names=["Y"])
+    for params, wanted in (({}, {}), ({"sequence_id": 7, "k": "v"}, {"sequence_id": 7, "k": "v"})):
+        served = InferenceRequest._for_execute({"X": np.ones(2, np.float32)}, params, ["Y"], "m", None, lambda: False)  # type: ignore[arg-type]
+        assert json.loads(served.parameters()) == wanted
+        assert served.correlation_id() == params.get("sequence_id", 0) and served.request_id() == ""
+        assert (served.flags(), served.timeout(), served.requested_output_names(), served.model_name) == (
+            built.flags(), built.timeout(), built.requested_output_names(), built.model_name)
+        assert served.inputs["X"].tolist() == built.inputs["X"].tolist() and not served.is_cancelled()
 
 
 def test_a_sender_closes_with_the_final_flag() -> None:

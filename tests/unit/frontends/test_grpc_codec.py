@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tritonclient.utils import deserialize_bytes_tensor
 
+from servelab.config.settings import LimitSettings
 from servelab.errors import InvalidArgument
 from servelab.frontends.grpc.codec import CONTENTS_FIELD, decode_request, encode_response
 from servelab.protocol import grpc_service_pb2 as pb
@@ -116,3 +117,51 @@ def test_empty_parameter_is_refused() -> None:
     msg.parameters["nothing"].SetInParent()
     with pytest.raises(InvalidArgument, match="'nothing' has no value"):
         decode_request(msg)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n=st.integers(1, 3), with_outputs=st.booleans())
+def test_the_plain_decoder_gives_what_the_general_one_gives(data: st.DataObject, n: int, with_outputs: bool) -> None:
+    """All-raw requests without parameters take the short decoder: same request as the general decoder."""
+    from servelab.frontends.grpc.codec import _decode_general, _decode_plain
+
+    msg = pb.ModelInferRequest(model_name="m", model_version="2", id="x")
+    for i in range(n):
+        datatype = data.draw(st.sampled_from(FIXED))
+        array = data.draw(arrays_of(datatype))
+        t = msg.inputs.add(name=f"IN{i}", datatype=datatype.value)
+        t.shape.extend(array.shape)
+        msg.raw_input_contents.append(array.tobytes())
+    if with_outputs:
+        msg.outputs.add(name="OUT")
+    plain = _decode_plain(msg, LimitSettings())
+    general, regions = _decode_general(msg, LimitSettings(), None)
+    assert plain is not None and regions == {}
+    assert (plain.model_name, plain.model_version, plain.id, plain.parameters) == ("m", "2", "x", {})
+    assert plain.outputs == general.outputs
+    for a, b in zip(plain.inputs, general.inputs, strict=True):
+        assert (a.name, a.datatype, a.shape, a.parameters) == (b.name, b.datatype, b.shape, b.parameters)
+        assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape
+        assert a.data.tobytes() == b.data.tobytes()
+
+
+def test_a_request_the_plain_decoder_cannot_take_gets_the_general_answer() -> None:
+    """Wrong byte sizes, parameters, BYTES: the short decoder steps aside and the general one decides."""
+    from servelab.frontends.grpc.codec import _decode_plain
+
+    msg = pb.ModelInferRequest(model_name="m")
+    msg.inputs.add(name="IN", datatype="FP32", shape=[4])
+    msg.raw_input_contents.append(b"\0" * 12)
+    assert _decode_plain(msg, LimitSettings()) is None
+    with pytest.raises(InvalidArgument, match="input byte size mismatch for input 'IN' for model 'm'. Expected 16, got 12"):
+        decode_request(msg)
+    msg.raw_input_contents[0] = b"\0" * 16
+    assert _decode_plain(msg, LimitSettings()) is not None
+    msg.outputs.add(name="OUT").parameters["classification"].int64_param = 2
+    assert _decode_plain(msg, LimitSettings()) is None
+    assert decode_request(msg).outputs[0].class_count == 2
+    bad_shape = pb.ModelInferRequest(model_name="m")
+    bad_shape.inputs.add(name="IN", datatype="FP32", shape=[2] * 40)
+    bad_shape.raw_input_contents.append(b"")
+    with pytest.raises(InvalidArgument, match="input 'IN': shape has 40 dimensions"):
+        decode_request(bad_shape)

@@ -37,9 +37,16 @@ TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 
+#: the parameters of nearly every request and response: no json call for them (a third of a python model's
+#: per-request bookkeeping was three json.dumps and a json.loads of an empty dict)
+_NO_PARAMETERS = "{}"
+
+
 def _parameters_json(parameters: Mapping[str, Any] | None, where: str) -> str:
     """Triton's parameters form: a JSON object of bool, int and str values."""
-    params = dict(parameters or {})
+    if not parameters:
+        return _NO_PARAMETERS
+    params = dict(parameters)
     for key, value in params.items():
         if not isinstance(key, str) or not isinstance(value, bool | int | str):
             raise TritonModelException(
@@ -92,7 +99,7 @@ class InferenceResponse:
 
     def _item(self, final: bool) -> StreamItem:
         """This response as the server carries it."""
-        params = json.loads(self._parameters)
+        params = {} if self._parameters == _NO_PARAMETERS else json.loads(self._parameters)
         if self._error is not None:
             return StreamItem(error=to_servelab(self._error), final=final, parameters=params)
         return StreamItem(self.as_dict(), final=final, parameters=params)
@@ -219,11 +226,14 @@ class InferenceRequest:
                      model_name: str, sender: InferenceResponseSender, cancelled: Callable[[], bool],
                      request_id: str = "") -> InferenceRequest:
         """The request the backend hands to ``execute`` (any parameter value is allowed from the wire)."""
-        request = cls(model_name=model_name, requested_output_names=outputs)
+        request = cls.__new__(cls)  # what __init__ sets, without checking what the server built itself
+        request.model_name = model_name
         request.inputs = _Inputs(inputs)
-        request._parameters = json.dumps(dict(parameters), default=str)
+        request._requested = outputs  # a list of its own (the caller builds one per request)
+        request._version, request._flags, request._timeout = -1, 0, 0
+        request._parameters = json.dumps(dict(parameters), default=str) if parameters else _NO_PARAMETERS
         request._request_id = request_id
-        correlation = parameters.get("sequence_id", 0)
+        correlation = parameters.get("sequence_id", 0) if parameters else 0
         request._correlation_id = correlation if isinstance(correlation, int | str) else 0
         request._sender, request._cancelled = sender, cancelled
         return request
