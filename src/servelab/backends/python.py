@@ -230,6 +230,14 @@ class PythonBackend(Backend):
 
     def _response(self, item: object) -> Outputs | ServelabError:
         name = self.ctx.model_name
+        if type(item) is InferenceResponse:  # nearly always: its Tensors hold arrays in the server's form already
+            result = item._result()
+            if isinstance(result, ServelabError):
+                return result
+            missing = [o for o in self._outputs if o not in result]
+            if missing:
+                return InternalError(f"python model '{name}' did not return outputs {missing}; it returned {sorted(result)}")
+            return result
         if isinstance(item, InferenceResponse):
             item = item._item(final=True)
         if isinstance(item, StreamItem):

@@ -314,7 +314,7 @@ class DataPlane:
                 tensors.append(Tensor(r.name, DataType.BYTES, tuple(array.shape), array, dict(r.parameters)))
                 continue
             datatype = DataType.from_numpy(array.dtype)
-            tensors.append(Tensor(r.name, datatype, tuple(array.shape), array, dict(r.parameters)))
+            tensors.append(Tensor(r.name, datatype, array.shape, array, dict(r.parameters) if r.parameters else {}))
         lv.stats.compute_output.add(time.perf_counter_ns() - t0, 0)
         return InferResponse(lv.name, str(lv.version), tensors, request.id)
 

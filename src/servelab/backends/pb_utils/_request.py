@@ -97,6 +97,12 @@ class InferenceResponse:
         """servelab convenience: the outputs by name."""
         return {t.name(): t.as_numpy() for t in self._outputs}
 
+    def _result(self) -> dict[str, np.ndarray] | ServelabError:
+        """What a default model's response carries back: the outputs by name, or the error (no StreamItem)."""
+        if self._error is not None:
+            return to_servelab(self._error)
+        return {t.name(): t.as_numpy() for t in self._outputs}
+
     def _item(self, final: bool) -> StreamItem:
         """This response as the server carries it."""
         params = {} if self._parameters == _NO_PARAMETERS else json.loads(self._parameters)

@@ -27,6 +27,7 @@ __all__ = [
     "CONTENTS_FIELD",
     "decode_infer",
     "decode_parameters",
+    "decode_plain",
     "decode_request",
     "encode_parameters",
     "encode_response",
@@ -57,6 +58,7 @@ _WIDE: dict[str, np.dtype[Any]] = {
 _FIXED_SIZE: dict[str, tuple[DataType, np.dtype[Any]]] = {
     d.value: (d, d.numpy_dtype) for d in DataType if d is not DataType.BYTES
 }
+_NUMPY_OF: dict[DataType, np.dtype[Any]] = {d: dtype for d, dtype in _FIXED_SIZE.values()}
 CLASSIFICATION = "classification"
 _DEFAULT_LIMITS = LimitSettings()
 #: the datatype Triton names for data sent in each typed field
@@ -121,7 +123,7 @@ def decode_infer(
     ``contents``, in the order of ``inputs`` (what tritonclient sends); shared-memory inputs are read from
     ``shared_memory``'s regions (InvalidArgument when it is None).
     """
-    plain = _decode_plain(msg, limits)
+    plain = decode_plain(msg, limits)
     if plain is not None:
         return plain, {}
     return _decode_general(msg, limits, shared_memory)
@@ -179,7 +181,7 @@ def _decode_general(
     return request, out_regions
 
 
-def _decode_plain(msg: pb.ModelInferRequest, limits: LimitSettings) -> InferRequest | None:
+def decode_plain(msg: pb.ModelInferRequest, limits: LimitSettings) -> InferRequest | None:
     """What tritonclient sends nearly always, decoded with the least work, or None for the general decoder:
     every input raw, fixed-size and of the right byte size, one raw entry each; no parameters anywhere.
 
@@ -191,12 +193,18 @@ def _decode_plain(msg: pb.ModelInferRequest, limits: LimitSettings) -> InferRequ
     if len(raw) != len(inputs) or msg.parameters:
         return None
     tensors: list[Tensor] = []
+    max_rank, max_elements = limits.max_tensor_rank, limits.max_tensor_elements
     for inp, data in zip(inputs, raw, strict=True):
         fixed = _FIXED_SIZE.get(inp.datatype)
         if fixed is None or inp.parameters or inp.HasField("contents"):
             return None
         datatype, dtype = fixed
-        shape, count = check_shape(tuple(inp.shape), f"input '{inp.name}'", limits)
+        shape = tuple(inp.shape)  # int64s from the wire: only the limits can refuse them
+        count = 1
+        for d in shape:
+            count *= d
+        if len(shape) > max_rank or min(shape, default=1) <= 0 or count > max_elements:
+            return None  # zero-size, negative or too large: check_shape's rules and texts, in the general decoder
         if len(data) != count * dtype.itemsize:
             return None
         tensors.append(Tensor(inp.name, datatype, shape, np.frombuffer(data, dtype=dtype).reshape(shape), {}))
@@ -220,19 +228,19 @@ def encode_response(
     )
     if response.parameters:
         encode_parameters(response.parameters, msg.parameters)
+    raw = msg.raw_output_contents
     for t in response.outputs:
-        out = msg.outputs.add()
-        out.name = t.name
-        out.datatype = t.datatype.value
-        out.shape.extend(t.shape)
+        out = msg.outputs.add(name=t.name, datatype=t.datatype.value, shape=t.shape)
         if t.parameters:
             encode_parameters(t.parameters, out.parameters)
         region = regions.get(t.name) if regions else None
         if region is not None and shared_memory is not None:
             shared_memory.write(region, t.data, t.datatype, t.name)
-            msg.raw_output_contents.append(b"")
+            raw.append(b"")
+        elif t.data.dtype is _NUMPY_OF.get(t.datatype):  # tobytes is C order whatever the layout
+            raw.append(t.data.tobytes())
         else:
-            msg.raw_output_contents.append(array_to_raw(t.data, t.datatype))
+            raw.append(array_to_raw(t.data, t.datatype))
     return msg
 
 

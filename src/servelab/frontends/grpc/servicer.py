@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
 from servelab.errors import InvalidArgument, NotFound
-from servelab.frontends.grpc.codec import decode_infer, encode_response, payload_bytes
+from servelab.frontends.grpc.codec import decode_infer, decode_plain, encode_response, payload_bytes
 from servelab.frontends.grpc.errors import describe, rpc
 from servelab.frontends.grpc.metadata import Metadata
 from servelab.frontends.grpc.settings_codec import (
@@ -138,9 +138,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return await asyncio.to_thread(decode_infer, request, self.limits, self.shared_memory)
         return decode_infer(request, self.limits, self.shared_memory)
 
+    def _decode_small(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, RegionSlice]] | None:
+        """A small all-raw request decoded here and now (nearly every call), else None for :meth:`_decode`."""
+        if sum(map(len, request.raw_input_contents)) > self.limits.offload_decode_bytes:
+            return None
+        plain = decode_plain(request, self.limits)  # all raw: its size is the raw entries' (no typed contents)
+        return None if plain is None else (plain, {})
+
     async def _infer(self, request: pb.ModelInferRequest, metadata: Metadata) -> pb.ModelInferResponse:
         t0 = perf_counter_ns()
-        decoded, regions = await self._decode(request)
+        small = self._decode_small(request)
+        decoded, regions = small if small is not None else await self._decode(request)
         t1 = perf_counter_ns()
         response = await self.dataplane.infer_async(decoded, metadata)  # metadata: a policy's sticky key
         t2 = perf_counter_ns()
