@@ -4,12 +4,12 @@
 
 Issue #14 asks servelab's gRPC for >= 0.8x the real Triton's throughput on Triton's add_sub over perf_analyzer.
 This asks first whether that bar can be met on grpcio at all: ``benchmarks/_grpc_floor_server.py`` answers
-add_sub with grpcio and numpy and nothing else (``floor-aio``: grpc.aio, what servelab's front door is built
-on; ``floor-sync``: grpcio's thread-pool server), and perf_analyzer 2.40 measures it beside ``servelab serve``
+add_sub with grpcio and numpy and nothing else (``floor-aio``: grpc.aio on asyncio's loop; ``floor-uvloop``: the
+same on uvloop, as servelab's front door runs; ``floor-sync``: grpcio's thread-pool server), and perf_analyzer 2.40 measures it beside ``servelab serve``
 (the python model inline on the event loop, as vs_triton's ``inline`` mode) and Triton 2.51 (python backend),
 every server up for the whole run, each cell on each server back to back, the order reversed on odd rounds;
-the median round by throughput stands. ``servelab / floor-aio`` is what servelab adds on top of grpc.aio;
-``floor-aio / Triton`` is the most a grpc.aio server could reach. Writes benchmarks/results/grpc_floor.json
+the median round by throughput stands. ``servelab / floor-uvloop`` is what servelab adds on top of grpc.aio;
+``floor-uvloop / Triton`` is the most a grpc.aio server could reach. Writes benchmarks/results/grpc_floor.json
 and its section of benchmarks/RESULTS.md.
 """
 
@@ -37,19 +37,21 @@ RESULTS = HERE / "results" / "grpc_floor.json"
 RESULTS_MD = HERE / "RESULTS.md"
 SECTION = "grpc_floor"
 MODEL = "add_sub"
-FLOORS = ("floor-aio", "floor-sync")
+#: floor server name -> its _grpc_floor_server.py arguments (servelab serve runs grpc.aio on uvloop)
+FLOORS = {"floor-aio": ("--mode", "aio"), "floor-uvloop": ("--mode", "aio", "--loop", "uvloop"),
+          "floor-sync": ("--mode", "sync")}  # fmt: skip
 
 
 @contextmanager
-def _floor(mode: str, say: Any) -> Iterator[tuple[str, int]]:
+def _floor(name: str, say: Any) -> Iterator[tuple[str, int]]:
     """One floor server (its own process); yields (host:port, pid)."""
-    proc = subprocess.Popen([sys.executable, str(HERE / "_grpc_floor_server.py"), "--mode", mode],
+    proc = subprocess.Popen([sys.executable, str(HERE / "_grpc_floor_server.py"), *FLOORS[name]],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("port "):
-            raise RuntimeError(f"the {mode} floor server did not start (it printed {line!r})")
-        say(f"floor-{mode} on port {line.split()[1]} (pid {proc.pid})")
+            raise RuntimeError(f"the {name} server did not start (it printed {line!r})")
+        say(f"{name} on port {line.split()[1]} (pid {proc.pid})")
         yield f"127.0.0.1:{line.split()[1]}", proc.pid
     finally:
         proc.terminate()
@@ -68,8 +70,8 @@ def _servers(repo: Path, peers_dir: Path, triton: bool, say: Any) -> Iterator[di
 
     with ExitStack() as stack:
         out: dict[str, tuple[str, int | None]] = {}
-        for mode in ("aio", "sync"):
-            out[f"floor-{mode}"] = stack.enter_context(_floor(mode, say))
+        for name in FLOORS:
+            out[name] = stack.enter_context(_floor(name, say))
         inline = inline_copy(repo, repo.parent / "models-inline")
         ep = stack.enter_context(ServelabPeer(inline, MODEL, progress=say)).start()
         out["servelab"] = (ep.extra["grpc"], ep.pid)
@@ -135,17 +137,17 @@ def results_markdown(doc: dict[str, Any]) -> str:
     head = (f"perf_analyzer {doc['perf_analyzer']} over gRPC on Triton's add_sub, every server up for the whole run, each "
             f"concurrency measured on each server back to back in each of {s['rounds']} rounds (order reversed on odd "
             f"rounds), windows of {s['measurement_interval_ms']} ms stable within 10% (P99), median round by "
-            f"throughput. `floor-aio` / `floor-sync`: benchmarks/_grpc_floor_server.py, add_sub on grpc.aio / grpcio's "
+            f"throughput. `floor-aio` / `floor-uvloop` / `floor-sync`: benchmarks/_grpc_floor_server.py, add_sub on grpc.aio (asyncio's loop / uvloop) / grpcio's "
             f"thread pool with nothing else (no repository, scheduler or statistics); `servelab`: `servelab serve` with "
             f"add_sub inline on the event loop (vs_triton's inline mode); `triton`: Triton {doc['triton']}, python backend.\n\n")  # fmt: skip
-    columns = ("c", *(f"{srv} infer/s (P99 us)" for srv in servers), "servelab / floor-aio", "floor-aio / triton",
-               "servelab / triton")  # fmt: skip
+    columns = ("c", *(f"{srv} infer/s (P99 us)" for srv in servers), "servelab / floor-uvloop",
+               "floor-uvloop / triton", "servelab / triton")  # fmt: skip
     cells = []
     for r in doc["rows"]:
         c = r["cells"]
         figs = ["-" if c[srv] is None else f"{c[srv]['inferences_per_s']:,.0f} ({c[srv]['p99_us']:,.0f})" for srv in servers]
-        cells.append((r["concurrency"], *figs, _ratio(c.get("servelab"), c.get("floor-aio")),
-                      _ratio(c.get("floor-aio"), c.get("triton")), _ratio(c.get("servelab"), c.get("triton"))))  # fmt: skip
+        cells.append((r["concurrency"], *figs, _ratio(c.get("servelab"), c.get("floor-uvloop")),
+                      _ratio(c.get("floor-uvloop"), c.get("triton")), _ratio(c.get("servelab"), c.get("triton"))))  # fmt: skip
     failed = [f"- c={r['concurrency']} {srv}: {n} round(s) not stable" for r in doc["rows"] for srv, n in r["failures"].items() if n]
     return head + markdown_table(columns, cells) + ("\n" + "\n".join(failed) + "\n" if failed else "")
 
