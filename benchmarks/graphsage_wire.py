@@ -245,9 +245,10 @@ def _servelab_stats(models_url: str, model: str = "sage") -> StatsFn:
     staged = "graphsage_sampler" if model == "sage" else model
 
     def read() -> tuple[int, int]:
-        sampler = _get_json(f"{models_url}/{staged}/stats")["model_stats"][0]["stages"]
+        stages = _get_json(f"{models_url}/{staged}/stats")["model_stats"][0]["stages"]
         sage = _get_json(f"{models_url}/{model}/stats")["model_stats"][0]["inference_stats"]["success"]
-        return int(sampler["sample_ns"]) + int(sampler["gather_ns"]), int(sage["ns"])
+        instances = stages if isinstance(stages, list) else [stages]  # one dict per instance when there are several
+        return sum(int(s["sample_ns"]) + int(s["gather_ns"]) for s in instances), int(sage["ns"])
 
     return read
 
