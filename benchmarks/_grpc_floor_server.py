@@ -1,6 +1,6 @@
 """The least a Python gRPC server can do for Triton's add_sub: grpcio, the OIP proto, numpy, nothing else.
 
-    python benchmarks/_grpc_floor_server.py --mode aio|sync --port N [--workers 4]
+    python benchmarks/_grpc_floor_server.py --mode aio|sync [--loop asyncio|uvloop] --port N [--workers 4]
 
 It answers what perf_analyzer asks (ServerLive/Ready/Metadata, ModelReady, ModelMetadata, ModelConfig,
 ModelStatistics, ModelInfer) for one model, ``add_sub`` (two FP32 [4] inputs, their sum and difference): no

@@ -232,12 +232,7 @@ class PythonBackend(Backend):
         name = self.ctx.model_name
         if type(item) is InferenceResponse:  # nearly always: its Tensors hold arrays in the server's form already
             result = item._result()
-            if isinstance(result, ServelabError):
-                return result
-            missing = [o for o in self._outputs if o not in result]
-            if missing:
-                return InternalError(f"python model '{name}' did not return outputs {missing}; it returned {sorted(result)}")
-            return result
+            return result if isinstance(result, ServelabError) else self._complete(result)
         if isinstance(item, InferenceResponse):
             item = item._item(final=True)
         if isinstance(item, StreamItem):
@@ -254,9 +249,13 @@ class PythonBackend(Backend):
             return InternalError(f"python model '{name}' sent no response for a request; return or send an InferenceResponse")
         if not isinstance(item, dict):
             return InternalError(f"python model '{name}' returned {type(item).__name__} for a request; expected an InferenceResponse")
-        outputs = {str(k): _as_array(v) for k, v in item.items()}
+        return self._complete({str(k): _as_array(v) for k, v in item.items()})
+
+    def _complete(self, outputs: Outputs) -> Outputs | ServelabError:
+        """``outputs``, or the error naming the declared outputs the model left out."""
         missing = [o for o in self._outputs if o not in outputs]
         if missing:
+            name = self.ctx.model_name
             return InternalError(f"python model '{name}' did not return outputs {missing}; it returned {sorted(outputs)}")
         return outputs
 

@@ -71,7 +71,9 @@ def array_to_raw(array: np.ndarray, datatype: DataType) -> bytes:
             parts.append(_LEN.pack(len(b)))
             parts.append(b)
         return b"".join(parts)
-    return np.ascontiguousarray(array, dtype=datatype.numpy_dtype).tobytes()
+    dtype = datatype.numpy_dtype
+    # tobytes is C order whatever the layout: only another dtype needs a conversion first
+    return array.tobytes() if array.dtype == dtype else np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
 def array_from_json(data: Any, datatype: DataType, shape: tuple[int, ...], name: str) -> np.ndarray:

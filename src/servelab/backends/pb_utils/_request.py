@@ -99,9 +99,7 @@ class InferenceResponse:
 
     def _result(self) -> dict[str, np.ndarray] | ServelabError:
         """What a default model's response carries back: the outputs by name, or the error (no StreamItem)."""
-        if self._error is not None:
-            return to_servelab(self._error)
-        return {t.name(): t.as_numpy() for t in self._outputs}
+        return to_servelab(self._error) if self._error is not None else self.as_dict()
 
     def _item(self, final: bool) -> StreamItem:
         """This response as the server carries it."""

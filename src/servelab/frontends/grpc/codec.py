@@ -58,7 +58,6 @@ _WIDE: dict[str, np.dtype[Any]] = {
 _FIXED_SIZE: dict[str, tuple[DataType, np.dtype[Any]]] = {
     d.value: (d, d.numpy_dtype) for d in DataType if d is not DataType.BYTES
 }
-_NUMPY_OF: dict[DataType, np.dtype[Any]] = {d: dtype for d, dtype in _FIXED_SIZE.values()}
 CLASSIFICATION = "classification"
 _DEFAULT_LIMITS = LimitSettings()
 #: the datatype Triton names for data sent in each typed field
@@ -237,8 +236,6 @@ def encode_response(
         if region is not None and shared_memory is not None:
             shared_memory.write(region, t.data, t.datatype, t.name)
             raw.append(b"")
-        elif t.data.dtype is _NUMPY_OF.get(t.datatype):  # tobytes is C order whatever the layout
-            raw.append(t.data.tobytes())
         else:
             raw.append(array_to_raw(t.data, t.datatype))
     return msg

@@ -134,21 +134,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _decode(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, RegionSlice]]:
         """(request, outputs to write into shared memory); large payloads decode off the loop."""
+        if sum(map(len, request.raw_input_contents)) <= self.limits.offload_decode_bytes:
+            plain = decode_plain(request, self.limits)  # nearly every call: small, all raw (its size is the raw's)
+            if plain is not None:
+                return plain, {}
         if payload_bytes(request) > self.limits.offload_decode_bytes:  # keep the loop free for small calls
             return await asyncio.to_thread(decode_infer, request, self.limits, self.shared_memory)
         return decode_infer(request, self.limits, self.shared_memory)
 
-    def _decode_small(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, RegionSlice]] | None:
-        """A small all-raw request decoded here and now (nearly every call), else None for :meth:`_decode`."""
-        if sum(map(len, request.raw_input_contents)) > self.limits.offload_decode_bytes:
-            return None
-        plain = decode_plain(request, self.limits)  # all raw: its size is the raw entries' (no typed contents)
-        return None if plain is None else (plain, {})
-
     async def _infer(self, request: pb.ModelInferRequest, metadata: Metadata) -> pb.ModelInferResponse:
         t0 = perf_counter_ns()
-        small = self._decode_small(request)
-        decoded, regions = small if small is not None else await self._decode(request)
+        decoded, regions = await self._decode(request)
         t1 = perf_counter_ns()
         response = await self.dataplane.infer_async(decoded, metadata)  # metadata: a policy's sticky key
         t2 = perf_counter_ns()
