@@ -40,7 +40,10 @@ SERVERS = ("servelab", "triton")
 SERVELAB_MODES = {
     "process": "worker processes (default config)",
     "inline": "instance_mode thread + execute_never_blocks (on the event loop)",
+    "inline2": "inline, in 2 server processes on the same ports (`--processes 2`, SO_REUSEPORT)",
 }
+#: servelab serve's arguments per mode, beside the repository and the models to load
+_MODE_ARGS = {"inline2": ("--processes", "2")}
 _INLINE_PARAMETERS = (
     'parameters { key: "instance_mode" value { string_value: "thread" } }\n'
     'parameters { key: "execute_never_blocks" value { string_value: "1" } }\n'
@@ -73,7 +76,8 @@ def _servers(repo: Path, peers_dir: Path, modes: list[str], say: Any) -> Iterato
         endpoints = {}
         for mode in modes:
             served = repo if mode == "process" else inline_copy(repo, repo.parent / f"models-{mode}")
-            peer = stack.enter_context(ServelabPeer(served, MODELS[0], progress=say, extra_args=loads))
+            peer = stack.enter_context(ServelabPeer(served, MODELS[0], progress=say,
+                                                    extra_args=(*loads, *_MODE_ARGS.get(mode, ()))))
             endpoints[_server_name(mode)] = peer.start()
         triton = stack.enter_context(TritonPeer(peers_dir, progress=say))
         triton.install()
@@ -174,7 +178,7 @@ def results_markdown(doc: dict[str, Any]) -> str:
         f"median round by throughput. `ort_inside` runs onnxruntime inside the python model on both servers. "
         f"Bars (issue #14): HTTP >= 1.0x with P99 no worse, gRPC >= 0.8x.\n\n"
         + "".join(f"- servelab `{m}`: {SERVELAB_MODES[m]}\n" for m in modes)
-        + ("  (Triton is given the untouched config.pbtxt files)\n" if "inline" in modes else "")
+        + ("  (Triton is given the untouched config.pbtxt files)\n" if any(m.startswith("inline") for m in modes) else "")
         + ("\n" if modes else "")
     )
     columns = ("model", "protocol", "c", *(("servelab mode",) if modes else ()), "servelab infer/s", "servelab P99 us", "Triton infer/s", "Triton P99 us",

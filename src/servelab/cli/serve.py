@@ -64,6 +64,7 @@ def serve(
     repository_poll_secs: Annotated[float | None, typer.Option("--repository-poll-secs", help="Poll interval in poll mode.")] = None,
     strict_readiness: Annotated[str | None, typer.Option("--strict-readiness", help="true | false: ready only when every start-up model loaded (Triton's flag) [true].")] = None,
     server_name: Annotated[str | None, typer.Option("--server-name", help="Name in server metadata; 'triton' for clients that check for it [servelab].")] = None,
+    processes: Annotated[int | None, typer.Option("--processes", help="Server processes sharing the ports (SO_REUSEPORT), each with its own models; statistics and model control stay one server's [1].")] = None,
     exit_timeout_s: Annotated[float | None, typer.Option("--exit-timeout-secs", help="How long SIGTERM waits for in-flight requests.")] = None,
     max_body_bytes: Annotated[int | None, typer.Option("--max-body-bytes", help="Largest request body (413 above).")] = None,
     request_timeout_s: Annotated[float | None, typer.Option("--request-timeout-s", help="Server-side time limit per request.")] = None,
@@ -125,6 +126,7 @@ def serve(
             strict_readiness=strict_readiness,
             server_name=server_name,
             exit_timeout_s=exit_timeout_s,
+            processes=processes,
             allow_custom_backends=allow_custom_backends or None,
             auto_complete_config=_auto_complete(strict_model_config, disable_auto_complete_config),
             limits={
@@ -180,7 +182,6 @@ def serve(
 
     import uvloop
 
-    from servelab.frontends.auth import AuthSetupError
     from servelab.frontends.server import Server
 
     try:
@@ -188,7 +189,7 @@ def serve(
     except ServelabError as exc:  # e.g. a TF Serving config that does not parse
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(code=2) from None
-    except AuthSetupError as exc:
+    except ValueError as exc:  # AuthSetupError (keys, TLS), or --processes with what it cannot share
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
     try:

@@ -72,6 +72,11 @@ class ServerSettings(BaseSettings):
     model_control_mode: ControlMode = Field(ControlMode.NONE, description="none | explicit | poll.")
     load_models: list[str] = Field(default_factory=list, description="Models to load at start ('*' for all).")
     repository_poll_secs: float = Field(15.0, gt=0, description="Poll interval in poll mode.")
+    processes: int = Field(
+        1, ge=1, le=64,
+        description="Server processes sharing the ports (SO_REUSEPORT), each with its own models; statistics and "
+        "model control stay one server's (frontends/process_group.py). More than 1 uses more cores for small requests.",
+    )
     exit_timeout_s: float = Field(30.0, ge=0, description="How long SIGTERM waits for in-flight requests.")
     strict_readiness: bool = Field(True, description="Ready only when every start-up model is READY.")
     server_name: str = Field(

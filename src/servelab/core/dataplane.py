@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -35,13 +35,14 @@ from servelab.core.model_views import model_metadata, version_stats
 from servelab.core.records import LoadedVersion, ModelState
 from servelab.core.registry import ModelRegistry
 from servelab.core.routing import HeaderLookup, RolloutControl, Router
+from servelab.core.stats import merge_statistics
 from servelab.core.workers import AsyncSink, ThreadSink, start_stream
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
 from servelab.protocol import model_config_pb2 as mc
 from servelab.repository import config_from_json
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
-__all__ = ["SERVER_NAME", "SERVER_VERSION", "DataPlane", "Streamed"]
+__all__ = ["SERVER_NAME", "SERVER_VERSION", "DataPlane", "Siblings", "Streamed"]
 
 SERVER_NAME = "servelab"
 SERVER_VERSION = "0.1.0"
@@ -55,6 +56,15 @@ BASE_EXTENSIONS = (
     "sequence",
     "sequence(string_id)",
 )
+
+
+class Siblings(Protocol):
+    """The other processes of the same server (frontends.process_group): what one process is asked for
+    statistics or control, it gathers from or passes on to them."""
+
+    def gather(self, op: str, **args: Any) -> list[Any]: ...
+
+    def broadcast(self, op: str, **args: Any) -> None: ...
 
 
 class DataPlane:
@@ -78,6 +88,8 @@ class DataPlane:
         self.strict_readiness = strict_readiness
         self._started = False
         self._startup_models: list[str] = []
+        #: set when this process is one of several on the same ports (``--processes``)
+        self.siblings: Siblings | None = None
         registry.infer_fn = self._internal_infer
         registry.infer_stream_fn = self._internal_stream
 
@@ -132,16 +144,25 @@ class DataPlane:
     def set_default_version(self, name: str, version: str | None) -> None:
         """Pin the version (or label) requests without one go to; None: back to the policy's or the newest."""
         self.rollouts.set_default(name, version)
+        if self.siblings is not None:
+            self.siblings.broadcast("set_default", name=name, version=version)
 
     def rollout_status(self, name: str) -> dict[str, Any]:
         return self.rollouts.status(name)
 
     def start_rollout(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        self._one_process("rollouts")
         return self.rollouts.start(name, spec)
 
     def rollout_action(self, name: str, action: str) -> dict[str, Any]:
         """pause | resume | abort | promote."""
+        self._one_process("rollouts")
         return self.rollouts.act(name, action)
+
+    def _one_process(self, what: str) -> None:
+        if self.siblings is not None:
+            raise Unsupported(f"{what} run in one server process: their gates count one process's answers; "
+                              "start servelab with --processes 1 to use them")
 
     # ----- inference: one path -----
     def infer(self, request: InferRequest, headers: HeaderLookup | None = None) -> InferResponse:
@@ -331,7 +352,16 @@ class DataPlane:
 
     # ----- statistics and repository -----
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        """Triton's statistics extension; backends with stages of their own add ``stages``."""
+        """Triton's statistics extension; backends with stages of their own add ``stages``. With sibling
+        processes, every process's counters summed."""
+        local = self.local_statistics(name, version)
+        if self.siblings is None:
+            return local
+        others = self.siblings.gather("statistics", name=name, version=version)
+        return {"model_stats": merge_statistics([local["model_stats"], *(o["model_stats"] for o in others)])}
+
+    def local_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """This process's statistics only."""
         if name and version:
             versions = [self.router.resolve(name, version)]
         elif name:
@@ -348,7 +378,15 @@ class DataPlane:
         self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None
     ) -> None:
         """Load or reload ``name``; ``config_json`` overrides config.pbtxt, ``files`` (the load request's
-        ``file:<path>`` contents) become its folder (Triton's repository extension)."""
+        ``file:<path>`` contents) become its folder (Triton's repository extension). With sibling
+        processes, each of them loads it too once this one has."""
+        self.local_load_model(name, config_json, files)
+        if self.siblings is not None:
+            self.siblings.broadcast("load", name=name, config_json=config_json, files=files)
+
+    def local_load_model(
+        self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
         try:
             override = config_from_json(config_json, name) if config_json else None
         except InvalidArgument as exc:  # Triton's wording, which clients match on
@@ -357,6 +395,11 @@ class DataPlane:
 
     def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name``; with ``unload_dependents`` an ensemble's step models go too (Triton's extension)."""
+        self.local_unload_model(name, unload_dependents)
+        if self.siblings is not None:
+            self.siblings.broadcast("unload", name=name, unload_dependents=unload_dependents)
+
+    def local_unload_model(self, name: str, unload_dependents: bool = False) -> None:
         record = self.registry.record(name) if unload_dependents else None
         steps: list[str] = []
         if record is not None and record.config is not None and record.config.HasField("ensemble_scheduling"):

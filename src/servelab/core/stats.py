@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Duration", "ModelStats"]
+__all__ = ["Duration", "ModelStats", "merge_statistics"]
 
 
 @dataclass(slots=True)
@@ -118,3 +118,30 @@ class ModelStats:
                     for size, b in sorted(self.batches.items())
                 ],
             }
+
+
+def merge_statistics(per_process: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Several processes' ``model_stats`` rows as one server's: rows of the same model and version summed
+    (counts and nanoseconds added, ``last_inference`` the latest, batch rows matched by batch size), in
+    the first list's order, then rows only the others have."""
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for rows in per_process:
+        for row in rows:
+            key = (row["name"], row["version"])
+            merged[key] = _sum(merged[key], row) if key in merged else row
+    return list(merged.values())
+
+
+def _sum(a: Any, b: Any, key: str = "") -> Any:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _sum(a[k], b[k], k) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
+    if key == "batch_stats" and isinstance(a, list) and isinstance(b, list):
+        rows = {r["batch_size"]: r for r in a}
+        for r in b:
+            rows[r["batch_size"]] = _sum(rows[r["batch_size"]], r) if r["batch_size"] in rows else r
+        return [rows[size] for size in sorted(rows)]
+    if key == "last_inference":
+        return max(a, b)
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int | float) or not isinstance(b, int | float):
+        return a  # names, versions: the same in every process
+    return a + b

@@ -36,6 +36,12 @@ from servelab.core.registry import ModelRegistry
 from servelab.core.workers import WorkerPool
 from servelab.frontends.auth import build_door, grpc_interceptors, grpc_server_credentials, http_ssl_options
 from servelab.frontends.http_protocol import bounded_protocol
+from servelab.frontends.process_group import (
+    GroupMember,
+    GroupSharedMemory,
+    ProcessGroup,
+    check_group_settings,
+)
 from servelab.frontends.rest.app import create_app, create_management_app, create_metrics_app
 from servelab.frontends.shared_memory import SharedMemory
 from servelab.frontends.watchdog import watch_loop
@@ -62,10 +68,12 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # the processes of one server (--processes) share the port; the kernel spreads connections
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -78,9 +86,17 @@ def _bind(host: str, port: int) -> socket.socket:
 class Server:
     """Every front-end of one servelab process. ``await Server(settings).serve()`` runs until signalled."""
 
-    def __init__(self, settings: ServerSettings, metrics_registry: CollectorRegistry | None = None) -> None:
-        """Raises ``AuthSetupError`` (a ValueError) when keys or TLS cannot be set up as configured."""
+    def __init__(self, settings: ServerSettings, metrics_registry: CollectorRegistry | None = None,
+                 member: GroupMember | None = None) -> None:
+        """Raises ``AuthSetupError`` (a ValueError) when keys or TLS cannot be set up as configured, and a
+        ValueError when ``settings.processes`` > 1 with what a process group cannot share.
+        ``member``: this process is a copy started by a leader (frontends.process_group)."""
+        check_group_settings(settings)
         self.settings = settings
+        #: the leader's side of ``--processes`` N > 1 (None in a copy and in a single process)
+        self.group = ProcessGroup.create(settings.processes) if member is None and settings.processes > 1 else None
+        #: this process's place among several on the same ports (None in a single process)
+        self.member = member if member is not None else (self.group.member if self.group else None)
         #: keys and restricted APIs, checked at every port's door (frontends/auth)
         self.door = build_door(settings)
         self._ssl_options = http_ssl_options(settings.tls)
@@ -116,8 +132,11 @@ class Server:
         )
         #: system shared-memory regions clients register; one set for the REST and gRPC ports
         self.shared_memory = SharedMemory()
+        if self.member is not None:
+            self._join_group(self.member)
         #: Triton's nv_* families, latency and batch-size histograms, process and GPU metrics
-        self.metrics = ServerMetrics(self.metrics_registry, self.registry, routing=self.dataplane.router)
+        self.metrics = ServerMetrics(self.metrics_registry, self.registry, routing=self.dataplane.router,
+                                     statistics=self.dataplane.statistics if self.member else None)
         self.registry.custom_metrics = self.metrics.custom  # python models' pb_utils.MetricFamily
         self.metrics_registry.register(TorchServeCollector(self.registry))  # TorchServe's names, for its scrapers
         self.ports: dict[str, int] = {}
@@ -126,6 +145,22 @@ class Server:
         self._grpc_torchserve: list[Any] = []
         self._stop: asyncio.Event | None = None
         self._signals = 0
+        self._doors_open = False
+
+    def _join_group(self, member: GroupMember) -> None:
+        """Statistics and control shared with the other processes: what each answers when asked."""
+        dp, shm = self.dataplane, self.shared_memory
+        self.dataplane.siblings = member
+        shm.system = GroupSharedMemory(shm.system, member)
+        member.handlers.update({
+            "ready": lambda m: self._doors_open and dp.ready(),
+            "statistics": lambda m: dp.local_statistics(m["name"], m["version"]),
+            "load": lambda m: dp.local_load_model(m["name"], m["config_json"], m["files"]),
+            "unload": lambda m: dp.local_unload_model(m["name"], m["unload_dependents"]),
+            "set_default": lambda m: dp.rollouts.set_default(m["name"], m["version"]),
+            "shm_register": lambda m: shm.system.local.register(m["name"], m["key"], m["offset"], m["byte_size"]),
+            "shm_unregister": lambda m: shm.system.local.unregister(m["name"]),
+        })
 
     # ----- control -----
     def request_stop(self) -> None:
@@ -144,18 +179,36 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
+        if self.member is not None:
+            self.member.serve()
+        copy = self.member is not None and self.group is None
+        if copy:  # a copy opens its ports once its models are loaded: no connection reaches it before
+            loader = asyncio.create_task(self._load_startup_models(announce=False))
+            await loader
         tasks = self._start_http()
         await self._start_grpc()
-        self._announce()
-        loader = asyncio.create_task(self._load_startup_models())
-        watchdog = asyncio.create_task(watch_loop(), name="loop-watchdog")
+        self._doors_open = True
+        watchers: list[asyncio.Task[None]] = [asyncio.create_task(watch_loop(), name="loop-watchdog")]
+        if not copy:
+            if self.group is not None:
+                self.group.start(self.settings, self.ports)
+                watchers.append(asyncio.create_task(self.group.watch(), name="process-group"))
+            self._announce()
+            loader = asyncio.create_task(self._load_startup_models())
         await self._stop.wait()
         log.info("stopping: no new connections; waiting up to %.0f s for in-flight requests",
                  self.settings.exit_timeout_s)
         try:
+            if self.group is not None:
+                group_stop = asyncio.create_task(self.group.stop(self._frontend_grace_s()))
             await self._shutdown(tasks, loader)
+            if self.group is not None:
+                await group_stop
         finally:
-            watchdog.cancel()
+            for w in watchers:
+                w.cancel()
+            if self.member is not None and self.group is None:
+                self.member.close()
 
     # ----- start -----
     def _uvicorn(self, app: Any) -> _Uvicorn:
@@ -187,7 +240,7 @@ class Server:
         wanted = {"http": s.http_port, "metrics": s.metrics_port, "management": s.management_port}
         tasks: list[asyncio.Task[None]] = []
         for name, app in apps.items():
-            sock = _bind(s.host, wanted[name])
+            sock = _bind(s.host, wanted[name], reuse_port=self.member is not None)
             self.ports[name] = sock.getsockname()[1]
             tasks.append(asyncio.create_task(self._uvicorn(app).serve(sockets=[sock]), name=f"uvicorn-{name}"))
         return tasks
@@ -205,6 +258,7 @@ class Server:
             credentials=self._grpc_credentials,
             tfserving=self.tfserving,
             shared_memory=self.shared_memory,
+            reuse_port=self.member is not None,
         )
         self.ports["grpc"] = int(getattr(self._grpc, "servelab_bound_port", self.settings.grpc_port))
         for name, port in self.settings.torchserve.grpc_ports().items():  # TorchServe's own gRPC ports
@@ -218,16 +272,26 @@ class Server:
         log.info("servelab listening on %s: %s", self.settings.host,
                  ", ".join(f"{k} {v}" for k, v in self.ports.items()))
         print("SERVELAB_PORTS " + json.dumps(self.ports), flush=True, file=sys.stdout)
+        if self.group is not None:  # the PIDs of every process serving these ports, the leader first
+            print("SERVELAB_PROCESSES " + json.dumps({"pids": self.group.pids}), flush=True, file=sys.stdout)
 
-    async def _load_startup_models(self) -> None:
+    async def _load_startup_models(self, announce: bool = True) -> None:
         try:
             await asyncio.to_thread(self.dataplane.startup, self._startup_models)
         except Exception:
             log.exception("loading the start-up models failed")
         else:
             log.info("start-up models loaded; ready=%s", self.dataplane.ready())
+        if not announce:
+            return
+        ready = self.dataplane.ready()
+        if self.group is not None:  # every copy loaded its models and opened its ports
+            copies = await self.group.wait_ready(max(60.0, self.settings.limits.request_timeout_s))
+            if not copies:
+                log.error("not every server process became ready")
+            ready = ready and copies
         # start-up is over: what a supervisor (or a test) waits on instead of polling /v2/health/ready
-        print("SERVELAB_READY " + json.dumps({"ready": self.dataplane.ready()}), flush=True, file=sys.stdout)
+        print("SERVELAB_READY " + json.dumps({"ready": ready}), flush=True, file=sys.stdout)
 
     # ----- stop -----
     def _frontend_grace_s(self) -> float:

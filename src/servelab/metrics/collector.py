@@ -12,7 +12,7 @@ protocols below.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, ProcessCollector, generate_latest
@@ -106,10 +106,16 @@ def _read(stats: Mapping[str, Any], path: str) -> float:
 
 
 class ModelCollector(Collector):
-    """Reads every loaded version's statistics and histograms at scrape time."""
+    """Reads every loaded version's statistics and histograms at scrape time.
 
-    def __init__(self, model_registry: ModelRegistryLike) -> None:
+    ``statistics`` (the data plane's, summed over a server's processes when it has several) replaces
+    each version's own counters where it has a row for that version; histograms stay this process's.
+    """
+
+    def __init__(self, model_registry: ModelRegistryLike,
+                 statistics: Callable[[], Mapping[str, Any]] | None = None) -> None:
         self.model_registry = model_registry
+        self.statistics = statistics
 
     def _versions(self) -> list[_Version]:
         return [lv for record in self.model_registry.records() for _, lv in sorted(record.versions.items())]
@@ -126,9 +132,11 @@ class ModelCollector(Collector):
         hists = {name: HistogramMetricFamily(name, doc, labels=list(_LABELS)) for name, (doc, _) in _HISTOGRAMS.items()}
         stages = Metric(_STAGE_NAME, "Cumulative time per pipeline stage in microseconds (sampling, gather, "
                         "layers; ensemble steps)", "unknown")  # fmt: skip
+        rows = ({(r["name"], r["version"]): r for r in self.statistics()["model_stats"]}
+                if self.statistics is not None and versions else {})  # fmt: skip
         for lv in versions:
             labels = {"model": lv.name, "version": str(lv.version)}
-            snapshot = lv.stats.as_dict()
+            snapshot = rows.get((lv.name, str(lv.version))) or lv.stats.as_dict()
             for name, (_, path) in _COUNTERS.items():
                 counters[name].add_sample(name, labels, _read(snapshot, path))
             pending.add_metric([lv.name, str(lv.version)], float(getattr(lv.scheduler, "pending", 0)))
@@ -160,9 +168,10 @@ class ServerMetrics:
         process: bool = True,
         gpu: bool = True,
         routing: RouterLike | None = None,
+        statistics: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self.registry = registry
-        self.models = ModelCollector(model_registry)
+        self.models = ModelCollector(model_registry, statistics)
         registry.register(self.models)
         #: python models' own families (pb_utils.MetricFamily); the server hands it to the model registry
         self.custom = CustomMetrics()

@@ -41,6 +41,7 @@ async def start_grpc_server(
     limits: LimitSettings | None = None,
     tfserving: TfServingRepository | None = None,
     shared_memory: SharedMemory | None = None,
+    reuse_port: bool = False,
 ) -> grpc.aio.Server:
     """Bind ``host:port`` (0 picks a free port), start serving and return the started server.
 
@@ -52,6 +53,8 @@ async def start_grpc_server(
     ``grpc.ssl_server_credentials``) serve TLS instead of plain text. TF Serving's PredictionService
     and ModelService share the port; ``tfserving`` (a served TF Serving config) takes config reloads.
     ``shared_memory`` holds the regions clients register (the server's, shared with its REST port).
+    ``reuse_port``: the port is shared with the other processes of the same server (SO_REUSEPORT); off,
+    binding a port another process serves fails.
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive; got {max_message_bytes}")
@@ -62,7 +65,7 @@ async def start_grpc_server(
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_concurrent_streams", limits.grpc_max_concurrent_streams),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(reuse_port)),
         ]
     )
     inference = InferenceServicer(dataplane, limits=limits, shared_memory=shared_memory)

@@ -123,7 +123,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Context
     ) -> pb.ModelStatisticsResponse:
-        stats = self.dataplane.statistics(request.name, request.version)
+        dp = self.dataplane  # with sibling processes the figures come over their sockets: not on the loop
+        stats = (await asyncio.to_thread(dp.statistics, request.name, request.version) if dp.siblings is not None
+                 else dp.statistics(request.name, request.version))  # fmt: skip
         # servelab extras (wire_stats, stages) have no field in Triton's proto: REST only
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 

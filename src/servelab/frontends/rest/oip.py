@@ -67,7 +67,9 @@ async def model_config(request: Request) -> Response:
 async def model_stats(request: Request) -> Response:
     name = request.path_params.get("model", "")
     version = request.path_params.get("version", "")
-    return json_response(dataplane(request).statistics(name, version))
+    dp = dataplane(request)  # with sibling processes the figures come over their sockets: not on the loop
+    stats = await in_thread(dp.statistics, name, version) if dp.siblings is not None else dp.statistics(name, version)
+    return json_response(stats)
 
 
 async def infer(request: Request) -> Response:
