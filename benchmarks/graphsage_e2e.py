@@ -298,8 +298,9 @@ def _main_args() -> Any:
     p.add_argument("--triton-instances", type=int, default=2,
                    help="Triton model instances (python stub processes): one per core here")  # fmt: skip
     p.add_argument("--triton-layers-threads", type=int, default=1, help="onnxruntime threads per Triton instance")
-    p.add_argument("--fused-instances", type=int, default=None,
-                   help="sage_fused's instance_group count (default: the one `servelab graph export` writes)")
+    p.add_argument("--fused-instances", type=int, default=2,
+                   help="sage_fused's instance_group count: one per core here, as --triton-instances "
+                   "(0: the one `servelab graph export` writes)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--results-md", type=Path, default=RESULTS.parent.parent / "RESULTS.md",
                    help="rewrite its sections (graphsage_e2e_tables.SECTIONS) of this file")  # fmt: skip
@@ -339,7 +340,7 @@ def main() -> None:
             inproc = _in_process(args.model_dir, args.graph_dir, repo, queries, 300, args.duration_s)
         e2e = run_e2e(
             args.model_dir, args.graph_dir, args.runtimes, queries, classes, load, Path(tmp), {}, ts, triton,
-            args.fused_instances,
+            args.fused_instances or None,
         )
     found = comparisons(inproc, e2e)
     _print_comparisons(found, args.concurrency)

@@ -15,8 +15,9 @@ other at once cannot deadlock):
   waits for all of them and names a process that failed.
 - **Readiness**: a copy opens its ports only once its start-up models are loaded, so no connection
   reaches a process that cannot answer; the leader says ``SERVELAB_READY`` once every copy has.
-- **Crashes**: a copy that dies is started again (the others keep serving its share meanwhile); every
-  copy exits with the leader (SIGTERM on the leader's death).
+- **Crashes**: a copy that dies is started again (the others keep serving its share meanwhile) with the
+  models the leader serves then (loads and unloads since the start included; a load's config override is
+  not: it loads the repository's); every copy exits with the leader (SIGTERM on the leader's death).
 
 Not shared, and refused or documented instead: rollouts (their gates count one process's answers:
 refused with ``--processes`` > 1), latency histograms on /metrics (each process's own), CUDA
@@ -90,10 +91,12 @@ def _sock_path(folder: Path, index: int) -> Path:
 class GroupMember:
     """This process's side: answers its siblings, asks them (statistics, control) and lists them."""
 
-    def __init__(self, folder: Path, index: int, size: int) -> None:
+    def __init__(self, folder: Path, index: int, size: int, restarted: bool = False) -> None:
         self.folder = folder
         self.index = index
         self.size = size
+        #: a copy started again after it died: it loads what the leader serves now, not the start-up list
+        self.restarted = restarted
         self.handlers: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self._server: socketserver.ThreadingUnixStreamServer | None = None
 
@@ -196,32 +199,29 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _run_copy(settings: ServerSettings, folder: str, index: int, size: int) -> None:
-    """A copy's main: the same server, on the leader's ports, answering its siblings (settings arrive
-    pickled, keys included: a JSON dump would mask them)."""
+def _copy(main: Callable[..., None], settings: ServerSettings, member: GroupMember) -> None:
+    """A copy's first steps: die with the leader, then the server's main (settings arrive pickled, keys
+    included: a JSON dump would mask them)."""
     _die_with_parent()
-    import uvloop
-
-    from servelab.frontends.server import Server
-
-    member = GroupMember(Path(folder), index, size)
-    uvloop.run(Server(settings, member=member).serve())
+    main(settings, member)
 
 
 class ProcessGroup:
     """The leader's side: starts the copies, restarts one that dies, stops them all."""
 
-    def __init__(self, member: GroupMember) -> None:
+    def __init__(self, member: GroupMember, copy_main: Callable[..., None]) -> None:
         self.member = member
+        #: a copy's main (module level, so that it pickles): ``copy_main(settings, member)``
+        self._copy_main = copy_main
         self._ctx = multiprocessing.get_context("spawn")
         self._procs: dict[int, Any] = {}
         self._settings: ServerSettings | None = None
         self._stopping = False
 
     @classmethod
-    def create(cls, size: int) -> ProcessGroup:
+    def create(cls, size: int, copy_main: Callable[..., None]) -> ProcessGroup:
         folder = Path(tempfile.mkdtemp(prefix="servelab-group-"))  # mode 0700
-        return cls(GroupMember(folder, 0, size))
+        return cls(GroupMember(folder, 0, size), copy_main)
 
     @property
     def pids(self) -> list[int]:
@@ -237,9 +237,10 @@ class ProcessGroup:
         for i in self.member.others():
             self._spawn(i)
 
-    def _spawn(self, index: int) -> None:
-        proc = self._ctx.Process(target=_run_copy, name=f"servelab-{index}", daemon=False,
-                                 args=(self._settings, str(self.member.folder), index, self.member.size))
+    def _spawn(self, index: int, restarted: bool = False) -> None:
+        member = GroupMember(self.member.folder, index, self.member.size, restarted)
+        proc = self._ctx.Process(target=_copy, name=f"servelab-{index}", daemon=False,
+                                 args=(self._copy_main, self._settings, member))
         proc.start()
         self._procs[index] = proc
         log.info("server process %d started (pid %d)", index, proc.pid)
@@ -264,7 +265,7 @@ class ProcessGroup:
             for i, proc in list(self._procs.items()):
                 if not proc.is_alive() and not self._stopping:
                     log.error("server process %d (pid %d) exited with %s: starting it again", i, proc.pid, proc.exitcode)
-                    self._spawn(i)
+                    self._spawn(i, restarted=True)
 
     async def stop(self, timeout_s: float) -> None:
         """SIGTERM every copy, wait up to ``timeout_s``, kill the ones still running."""

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from servelab.config.settings import ControlMode, ServerSettings
 from servelab.core.dataplane import DataPlane
+from servelab.core.records import ModelState
 from servelab.core.registry import ModelRegistry
 from servelab.core.workers import WorkerPool
 from servelab.frontends.auth import build_door, grpc_interceptors, grpc_server_credentials, http_ssl_options
@@ -51,7 +52,7 @@ from servelab.repository import ModelRepository
 from servelab.repository.tfserving import TfServingRepository
 from servelab.repository.torchserve import TorchServeRepository
 
-__all__ = ["Server"]
+__all__ = ["Server", "serve_copy"]
 
 log = logging.getLogger("servelab.server")
 
@@ -94,7 +95,8 @@ class Server:
         check_group_settings(settings)
         self.settings = settings
         #: the leader's side of ``--processes`` N > 1 (None in a copy and in a single process)
-        self.group = ProcessGroup.create(settings.processes) if member is None and settings.processes > 1 else None
+        self.group = (ProcessGroup.create(settings.processes, serve_copy)
+                      if member is None and settings.processes > 1 else None)  # fmt: skip
         #: this process's place among several on the same ports (None in a single process)
         self.member = member if member is not None else (self.group.member if self.group else None)
         #: keys and restricted APIs, checked at every port's door (frontends/auth)
@@ -153,6 +155,7 @@ class Server:
         self.dataplane.siblings = member
         shm.system = GroupSharedMemory(shm.system, member)
         member.handlers.update({
+            "models": lambda m: [r.name for r in self.registry.records() if r.state is ModelState.READY],
             "ready": lambda m: self._doors_open and dp.ready(),
             "statistics": lambda m: dp.local_statistics(m["name"], m["version"]),
             "load": lambda m: dp.local_load_model(m["name"], m["config_json"], m["files"]),
@@ -182,6 +185,8 @@ class Server:
         if self.member is not None:
             self.member.serve()
         copy = self.member is not None and self.group is None
+        if copy and self.member.restarted:  # what the leader serves now, not what it started with
+            self._startup_models = await asyncio.to_thread(self.member.ask, 0, "models")
         if copy:  # a copy opens its ports once its models are loaded: no connection reaches it before
             loader = asyncio.create_task(self._load_startup_models(announce=False))
             await loader
@@ -324,3 +329,10 @@ class Server:
         self.registry.workers.kill_all()
         self.shared_memory.close()
         log.info("servelab stopped")
+
+
+def serve_copy(settings: ServerSettings, member: GroupMember) -> None:
+    """The main of a copy a leader started (``--processes``): the same server, on the leader's ports."""
+    import uvloop
+
+    uvloop.run(Server(settings, member=member).serve())
