@@ -21,6 +21,7 @@ process loads its own instances, so RSS grows as N x one process's (``server_rss
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import random
@@ -66,7 +67,7 @@ def measured(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
 def share(curve: list[list[float]], concurrency: float) -> float:
     """The measured share of a saturated process's rate at ``concurrency``, linear between the points,
     flat past the last one."""
-    for (c0, s0), (c1, s1) in zip(curve, curve[1:], strict=False):
+    for (c0, s0), (c1, s1) in itertools.pairwise(curve):
         if concurrency <= c1:
             return s0 + (s1 - s0) * (concurrency - c0) / (c1 - c0)
     return curve[-1][1]

@@ -151,9 +151,9 @@ class Server:
 
     def _join_group(self, member: GroupMember) -> None:
         """Statistics and control shared with the other processes: what each answers when asked."""
-        dp, shm = self.dataplane, self.shared_memory
+        dp, shm, local = self.dataplane, self.shared_memory, self.shared_memory.system
         self.dataplane.siblings = member
-        shm.system = GroupSharedMemory(shm.system, member)
+        shm.system = GroupSharedMemory(local, member)  # type: ignore[assignment]  # the same methods, passed on
         member.handlers.update({
             "models": lambda m: [r.name for r in self.registry.records() if r.state is ModelState.READY],
             "ready": lambda m: self._doors_open and dp.ready(),
@@ -161,8 +161,8 @@ class Server:
             "load": lambda m: dp.local_load_model(m["name"], m["config_json"], m["files"]),
             "unload": lambda m: dp.local_unload_model(m["name"], m["unload_dependents"]),
             "set_default": lambda m: dp.rollouts.set_default(m["name"], m["version"]),
-            "shm_register": lambda m: shm.system.local.register(m["name"], m["key"], m["offset"], m["byte_size"]),
-            "shm_unregister": lambda m: shm.system.local.unregister(m["name"]),
+            "shm_register": lambda m: local.register(m["name"], m["key"], m["offset"], m["byte_size"]),
+            "shm_unregister": lambda m: local.unregister(m["name"]),
         })
 
     # ----- control -----
@@ -184,9 +184,10 @@ class Server:
                 loop.add_signal_handler(sig, self.request_stop)
         if self.member is not None:
             self.member.serve()
-        copy = self.member is not None and self.group is None
-        if copy and self.member.restarted:  # what the leader serves now, not what it started with
-            self._startup_models = await asyncio.to_thread(self.member.ask, 0, "models")
+        member = self.member
+        copy = member is not None and self.group is None
+        if member is not None and copy and member.restarted:  # what the leader serves now, not its start-up list
+            self._startup_models = await asyncio.to_thread(member.ask, 0, "models")
         if copy:  # a copy opens its ports once its models are loaded: no connection reaches it before
             loader = asyncio.create_task(self._load_startup_models(announce=False))
             await loader
