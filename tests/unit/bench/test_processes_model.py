@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-
+from harness.bench_scripts import import_benchmark
 
 @pytest.fixture(scope="module")
 def model():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import processes_model as module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return import_benchmark("processes_model")
 
 
 CURVE = [[0.0, 0.0], [1.0, 0.5], [4.0, 1.0]]

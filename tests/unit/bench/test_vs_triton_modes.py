@@ -3,22 +3,15 @@ untouched, Triton's files untouched) and the section names the mode of every row
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-
+from harness.bench_scripts import import_benchmark
 
 @pytest.fixture(scope="module")
 def vs_triton():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import vs_triton as module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return import_benchmark("vs_triton")
 
 
 def test_the_inline_copy_declares_each_model_and_leaves_the_original(vs_triton, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
