@@ -9,6 +9,7 @@ import pytest
 
 from harness.bench_scripts import import_benchmark
 
+
 @pytest.fixture(scope="module")
 def model():  # type: ignore[no-untyped-def]
     return import_benchmark("processes_model")

@@ -9,6 +9,7 @@ import pytest
 
 from harness.bench_scripts import import_benchmark
 
+
 @pytest.fixture(scope="module")
 def vs_triton():  # type: ignore[no-untyped-def]
     return import_benchmark("vs_triton")
