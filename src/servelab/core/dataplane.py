@@ -12,7 +12,7 @@ of responses: :meth:`DataPlane.infer_stream` (gRPC ModelStreamInfer; BLS ``exec(
 through ``_internal_stream``), routed like any request; asked for one response, the python backend
 refuses them, as Triton's HTTP endpoint and ModelInfer RPC do.
 
-Beside it: :mod:`servelab.core.call_records` (what a request's end records, the same for every entry
+Beside it: :mod:`servelab.core.repository_control` (statistics, load and unload), :mod:`servelab.core.call_records` (what a request's end records, the same for every entry
 point), :mod:`servelab.core.decoupled` (the pieces of a stream) and :mod:`servelab.core.model_views`
 (metadata and statistics rows).
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -31,15 +31,14 @@ from servelab.config.settings import RoutingSettings
 from servelab.core.call_records import Call
 from servelab.core.classification import classify
 from servelab.core.decoupled import EMPTY_FINAL, FINAL, Streamed, is_decoupled, next_item, streamed_response
-from servelab.core.model_views import model_metadata, version_stats
+from servelab.core.model_views import model_metadata
 from servelab.core.records import LoadedVersion, ModelState
 from servelab.core.registry import ModelRegistry
+from servelab.core.repository_control import RepositoryControl, Siblings
 from servelab.core.routing import HeaderLookup, RolloutControl, Router
-from servelab.core.stats import merge_statistics
 from servelab.core.workers import AsyncSink, ThreadSink, start_stream
 from servelab.errors import InvalidArgument, NotFound, ServelabError, Unavailable, Unsupported
 from servelab.protocol import model_config_pb2 as mc
-from servelab.repository import config_from_json
 from servelab.types import DataType, InferRequest, InferResponse, RequestedOutput, Tensor
 
 __all__ = ["SERVER_NAME", "SERVER_VERSION", "DataPlane", "Siblings", "Streamed"]
@@ -58,16 +57,7 @@ BASE_EXTENSIONS = (
 )
 
 
-class Siblings(Protocol):
-    """The other processes of the same server (frontends.process_group): what one process is asked for
-    statistics or control, it gathers from or passes on to them."""
-
-    def gather(self, op: str, **args: Any) -> list[Any]: ...
-
-    def broadcast(self, op: str, **args: Any) -> None: ...
-
-
-class DataPlane:
+class DataPlane(RepositoryControl):
     def __init__(
         self,
         registry: ModelRegistry,
@@ -349,64 +339,6 @@ class DataPlane:
         if missing and outputs is not None:
             raise Unavailable(f"model '{lv.name}' produced no output {missing[0]!r}")
         return {n: result[n] for n in names if n in result}
-
-    # ----- statistics and repository -----
-    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        """Triton's statistics extension; backends with stages of their own add ``stages``. With sibling
-        processes, every process's counters summed."""
-        local = self.local_statistics(name, version)
-        if self.siblings is None:
-            return local
-        others = self.siblings.gather("statistics", name=name, version=version)
-        return {"model_stats": merge_statistics([local["model_stats"], *(o["model_stats"] for o in others)])}
-
-    def local_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        """This process's statistics only."""
-        if name and version:
-            versions = [self.router.resolve(name, version)]
-        elif name:
-            versions = [lv for _, lv in sorted(self.registry.record(name).versions.items())]
-        else:
-            versions = [lv for r in self.registry.records() for _, lv in sorted(r.versions.items())]
-        return {"model_stats": [version_stats(lv) for lv in versions]}
-
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        rows = self.registry.index()
-        return [r for r in rows if r["state"] == "READY"] if ready_only else rows
-
-    def load_model(
-        self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None
-    ) -> None:
-        """Load or reload ``name``; ``config_json`` overrides config.pbtxt, ``files`` (the load request's
-        ``file:<path>`` contents) become its folder (Triton's repository extension). With sibling
-        processes, each of them loads it too once this one has."""
-        self.local_load_model(name, config_json, files)
-        if self.siblings is not None:
-            self.siblings.broadcast("load", name=name, config_json=config_json, files=files)
-
-    def local_load_model(
-        self, name: str, config_json: str | None = None, files: Mapping[str, bytes] | None = None
-    ) -> None:
-        try:
-            override = config_from_json(config_json, name) if config_json else None
-        except InvalidArgument as exc:  # Triton's wording, which clients match on
-            raise InvalidArgument(f"failed to load '{name}', {exc.message}") from None
-        self.registry.load(name, override, files=files)
-
-    def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        """Unload ``name``; with ``unload_dependents`` an ensemble's step models go too (Triton's extension)."""
-        self.local_unload_model(name, unload_dependents)
-        if self.siblings is not None:
-            self.siblings.broadcast("unload", name=name, unload_dependents=unload_dependents)
-
-    def local_unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        record = self.registry.record(name) if unload_dependents else None
-        steps: list[str] = []
-        if record is not None and record.config is not None and record.config.HasField("ensemble_scheduling"):
-            steps = [s.model_name for s in record.config.ensemble_scheduling.step]
-        self.registry.unload(name)
-        for step in dict.fromkeys(steps):
-            self.registry.unload(step)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Unload every model (within ``timeout_s`` if given: worker processes left are killed)."""
