@@ -152,3 +152,26 @@ def test_connections_past_twice_the_cap_are_closed_at_once(patient: ServerProces
     finally:
         for sock in held:
             sock.close()
+
+
+def test_pipelined_requests_100_continue_and_connection_close_get_whole_answers(limited: ServerProcess) -> None:
+    """The protocol sends each turn's writes as one: answers still arrive whole, in order, before a close."""
+    with _connect(limited) as sock:
+        sock.sendall(READY + READY)  # two requests in one segment: two answers, in order
+        data = b""
+        while data.count(b"HTTP/1.1 200") < 2:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed before both answers"
+            data += chunk
+        body = b'{"inputs": []}'
+        sock.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        interim = sock.recv(65536)
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim
+        sock.sendall(body)
+        rest = interim[len(b"HTTP/1.1 100 Continue\r\n\r\n"):]
+        while b"\r\n\r\n" not in rest:
+            rest += sock.recv(65536)
+        assert rest.startswith(b"HTTP/1.1 400"), rest  # no inputs: the server says what it expected
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert b"HTTP/1.1 200" in _read_until_closed(sock)

@@ -120,9 +120,12 @@ def test_empty_parameter_is_refused() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=st.data(), n=st.integers(1, 3), with_outputs=st.booleans())
-def test_the_plain_decoder_gives_what_the_general_one_gives(data: st.DataObject, n: int, with_outputs: bool) -> None:
-    """All-raw requests without parameters take the short decoder: same request as the general decoder."""
+@given(data=st.data(), n=st.integers(1, 3), with_outputs=st.booleans(), flagged=st.booleans())
+def test_the_plain_decoder_gives_what_the_general_one_gives(
+    data: st.DataObject, n: int, with_outputs: bool, flagged: bool
+) -> None:
+    """All-raw requests without tensor parameters take the short decoder: same request as the general decoder,
+    request-level parameters included (perf_analyzer sets ``triton_enable_empty_final_response`` on each)."""
     from servelab.frontends.grpc.codec import _decode_general, decode_plain
 
     msg = pb.ModelInferRequest(model_name="m", model_version="2", id="x")
@@ -134,6 +137,8 @@ def test_the_plain_decoder_gives_what_the_general_one_gives(data: st.DataObject,
         msg.raw_input_contents.append(array.tobytes())
     if with_outputs:
         msg.outputs.add(name="OUT")
+    if flagged:
+        msg.parameters["triton_enable_empty_final_response"].bool_param = True
     plain = decode_plain(msg, LimitSettings())
     general, regions = _decode_general(msg, LimitSettings(), None)
     assert regions == {}
@@ -141,7 +146,9 @@ def test_the_plain_decoder_gives_what_the_general_one_gives(data: st.DataObject,
         assert plain is None
         return
     assert plain is not None
-    assert (plain.model_name, plain.model_version, plain.id, plain.parameters) == ("m", "2", "x", {})
+    expected = {"triton_enable_empty_final_response": True} if flagged else {}
+    assert (plain.model_name, plain.model_version, plain.id, plain.parameters) == ("m", "2", "x", expected)
+    assert plain.parameters == general.parameters
     assert plain.outputs == general.outputs
     for a, b in zip(plain.inputs, general.inputs, strict=True):
         assert (a.name, a.datatype, a.shape, a.parameters) == (b.name, b.datatype, b.shape, b.parameters)
@@ -164,6 +171,11 @@ def test_a_request_the_plain_decoder_cannot_take_gets_the_general_answer() -> No
     msg.outputs.add(name="OUT").parameters["classification"].int64_param = 2
     assert decode_plain(msg, LimitSettings()) is None
     assert decode_request(msg).outputs[0].class_count == 2
+    del msg.outputs[:]
+    msg.parameters["nothing"].SetInParent()  # a parameter without a value: the general decoder's error
+    assert decode_plain(msg, LimitSettings()) is None
+    with pytest.raises(InvalidArgument, match="'nothing' has no value"):
+        decode_request(msg)
     bad_shape = pb.ModelInferRequest(model_name="m")
     bad_shape.inputs.add(name="IN", datatype="FP32", shape=[2] * 40)
     bad_shape.raw_input_contents.append(b"")
