@@ -177,8 +177,8 @@ class DataPlane(RepositoryControl):
             t0 = time.perf_counter_ns()
             scheduler = call.lv.scheduler
             try:
-                if scheduler.runs_inline_now:  # nothing is awaited before it returns: no timeout could fire
-                    outputs = await scheduler.run_async(call.inputs, request.parameters)
+                if scheduler.runs_inline_now:  # it would run on the loop, awaiting nothing: no timeout could fire,
+                    outputs = scheduler.run(call.inputs)  # and run_async would only add two coroutines
                 else:  # asyncio.timeout, not wait_for: no extra task and loop turns
                     async with asyncio.timeout(self.request_timeout_s):
                         outputs = await scheduler.run_async(call.inputs, request.parameters)

@@ -53,9 +53,14 @@ class ModelStats:
         self.wire_encode = Duration()
         self.batches: dict[int, BatchStats] = {}
 
-    def record_execution(self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One backend execution over ``requests`` requests holding ``batch_size`` inferences."""
+    def record_execution(
+        self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int, queue_ns: int | None = None
+    ) -> None:
+        """One backend execution over ``requests`` requests holding ``batch_size`` inferences; ``queue_ns``, for
+        one request run alone that succeeded, is its queue time (:meth:`record_queue` in the same lock)."""
         with self._lock:
+            if queue_ns is not None:
+                self.queue.add(queue_ns)
             self.execution_count += 1
             self.inference_count += batch_size
             b = self.batches.get(batch_size)

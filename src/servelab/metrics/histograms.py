@@ -2,7 +2,8 @@
 
 Kept here, not as ``prometheus_client.Histogram`` objects, so that a model version owns its
 histograms (they disappear with it) and no collector must be attached before a model loads.
-Observing is one ``bisect`` and three additions under a lock.
+Observing is one ``bisect`` and three additions under a lock; a model version's histograms share one lock,
+so that what one execution observes in three of them takes it once (:meth:`ModelHistograms.observe_execution`).
 """
 
 from __future__ import annotations
@@ -30,17 +31,22 @@ BATCH_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96
 class Histogram:
     """Cumulative-on-read histogram: per-bucket counts, sum and count."""
 
-    def __init__(self, bounds: tuple[float, ...]) -> None:
+    def __init__(self, bounds: tuple[float, ...], lock: threading.Lock | None = None) -> None:
         self.bounds = bounds
         self._counts = [0] * (len(bounds) + 1)
         self._sum = 0.0
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else threading.Lock()
 
     def observe(self, value: float) -> None:
         i = bisect_left(self.bounds, value)
         with self._lock:
             self._counts[i] += 1
             self._sum += value
+
+    def _add(self, value: float) -> None:
+        """:meth:`observe` for a caller that holds this histogram's lock."""
+        self._counts[bisect_left(self.bounds, value)] += 1
+        self._sum += value
 
     def snapshot(self) -> tuple[list[tuple[str, float]], float, int]:
         """(cumulative buckets as (le, count) with "+Inf" last, sum, count)."""
@@ -78,3 +84,17 @@ class ModelHistograms:
     compute: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
     #: inferences (rows) per backend execution
     batch_size: Histogram = field(default_factory=lambda: Histogram(BATCH_BUCKETS))
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        for h in (self.request, self.queue, self.compute, self.batch_size):
+            h._lock = self._lock
+
+    def observe_execution(self, compute_s: float, rows: int, queue_s: float | None = None) -> None:
+        """One execution's compute time and size, and (for one request run alone) its queue time: the
+        lock taken once for all three."""
+        with self._lock:
+            self.compute._add(compute_s)
+            self.batch_size._add(rows)
+            if queue_s is not None:
+                self.queue._add(queue_s)

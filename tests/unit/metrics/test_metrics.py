@@ -123,3 +123,30 @@ def test_gpu_collector_is_empty_or_well_formed() -> None:
     assert names == {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes"}
     for f in families:
         assert all("gpu_uuid" in s.labels for s in f.samples)
+
+
+def test_one_executions_observations_share_a_lock_and_add_up_across_threads() -> None:
+    """observe_execution fills three histograms under the version's one lock: from 4 threads at once, every
+    observation lands, and a plain observe on any of them takes that same lock."""
+    import threading
+
+    from servelab.metrics.histograms import ModelHistograms
+
+    h = ModelHistograms()
+    assert h.compute._lock is h.queue._lock is h.batch_size._lock is h.request._lock
+
+    def hammer() -> None:
+        for i in range(5000):
+            h.observe_execution(1e-4, 1 + i % 3, 2e-5)
+            h.request.observe(3e-4)
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for histogram in (h.compute, h.batch_size, h.queue, h.request):
+        assert histogram.snapshot()[2] == 20000
+    assert h.batch_size.snapshot()[1] == 4 * sum(1 + i % 3 for i in range(5000))
+    h.observe_execution(1e-4, 2)  # batched executions have no single queue time
+    assert (h.compute.count, h.queue.count) == (20001, 20000)

@@ -39,7 +39,7 @@ class Scheduler(ABC):
         self._isolated = [b for b in backends if isinstance(b, WorkerInstance)]
         self._all_workers = len(self._isolated) == len(backends)
         self._in_flight = 0
-        self._idle = threading.Condition()
+        self._idle = threading.Condition(threading.Lock())  # never taken twice by one thread: no RLock
 
     # ----- the public entry points: cache, histogram, then the subclass -----
     def run(self, inputs: Inputs) -> Outputs:
@@ -109,6 +109,12 @@ class Scheduler(ABC):
         self.stats.record_execution(rows, requests, input_ns, infer_ns, output_ns)
         self.histograms.compute.observe((input_ns + infer_ns + output_ns) / 1e9)
         self.histograms.batch_size.observe(rows)
+
+    def _observe_alone(self, rows: int, input_ns: int, infer_ns: int, output_ns: int, queue_ns: int) -> None:
+        """One request that ran alone and succeeded: :meth:`_observe_execution` and :meth:`_observe_queue`
+        in one statistics lock and one histogram lock."""
+        self.stats.record_execution(rows, 1, input_ns, infer_ns, output_ns, queue_ns)
+        self.histograms.observe_execution((input_ns + infer_ns + output_ns) / 1e9, rows, queue_ns / 1e9)
 
     def _observe_queue(self, queue_ns: int) -> None:
         """Queue time of one request that then succeeded (Triton counts successful requests only)."""

@@ -146,10 +146,8 @@ class DirectScheduler(Scheduler):
         result = executed.results[0]
         if isinstance(result, ServelabError):
             raise result
-        self._observe_execution(
-            request_rows(inputs, self.batched), 1, executed.input_ns, executed.infer_ns, executed.output_ns
-        )
-        self._observe_queue(max(0, executed.queue_ns))
+        self._observe_alone(request_rows(inputs, self.batched), executed.input_ns, executed.infer_ns,
+                            executed.output_ns, max(0, executed.queue_ns))  # fmt: skip
         return result
 
     async def _run_async(self, inputs: Inputs, parameters: dict[str, Any]) -> Outputs:

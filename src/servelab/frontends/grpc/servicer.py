@@ -132,27 +132,32 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # ----- inference -----
     @rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        return await self._infer(request, Metadata(context))
-
-    async def _decode(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, RegionSlice]]:
-        """(request, outputs to write into shared memory); large payloads decode off the loop."""
-        if sum(map(len, request.raw_input_contents)) <= self.limits.offload_decode_bytes:
-            plain = decode_plain(request, self.limits)  # nearly every call: small, all raw (its size is the raw's)
-            if plain is not None:
-                return plain, {}
-        if payload_bytes(request) > self.limits.offload_decode_bytes:  # keep the loop free for small calls
-            return await asyncio.to_thread(decode_infer, request, self.limits, self.shared_memory)
-        return decode_infer(request, self.limits, self.shared_memory)
-
-    async def _infer(self, request: pb.ModelInferRequest, metadata: Metadata) -> pb.ModelInferResponse:
-        t0 = perf_counter_ns()
-        decoded, regions = await self._decode(request)
+        t0 = perf_counter_ns()  # decode and encode run here, without coroutines of their own
+        plain = self._decode_small(request)
+        decoded, regions = (plain, {}) if plain is not None else await self._decode_other(request)
         t1 = perf_counter_ns()
-        response = await self.dataplane.infer_async(decoded, metadata)  # metadata: a policy's sticky key
+        response = await self.dataplane.infer_async(decoded, Metadata(context))  # metadata: a policy's sticky key
         t2 = perf_counter_ns()
         encoded = encode_response(response, regions, self.shared_memory)
         self.dataplane.record_wire(response, t1 - t0, perf_counter_ns() - t2)
         return encoded
+
+    def _decode_small(self, request: pb.ModelInferRequest) -> InferRequest | None:
+        """Nearly every call: small and all raw (its size is the raw's), decoded here without a coroutine."""
+        if sum(map(len, request.raw_input_contents)) <= self.limits.offload_decode_bytes:
+            return decode_plain(request, self.limits)
+        return None
+
+    async def _decode(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, RegionSlice]]:
+        """(request, outputs to write into shared memory); large payloads decode off the loop."""
+        plain = self._decode_small(request)
+        return (plain, {}) if plain is not None else await self._decode_other(request)
+
+    async def _decode_other(self, request: pb.ModelInferRequest) -> tuple[InferRequest, dict[str, RegionSlice]]:
+        """What the plain decoder declined: the general decoder, off the loop for a large payload."""
+        if payload_bytes(request) > self.limits.offload_decode_bytes:  # keep the loop free for small calls
+            return await asyncio.to_thread(decode_infer, request, self.limits, self.shared_memory)
+        return decode_infer(request, self.limits, self.shared_memory)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
