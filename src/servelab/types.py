@@ -63,6 +63,9 @@ class DataType(str, Enum):
 
     @classmethod
     def from_numpy(cls, dtype: np.dtype[Any] | type) -> DataType:
+        found = _FROM_NUMPY.get(dtype)  # type: ignore[arg-type]  # an array's dtype: no np.dtype() call
+        if found is not None:
+            return found
         dt = np.dtype(dtype)
         found = _FROM_NUMPY.get(dt)
         if found is not None:

@@ -90,11 +90,15 @@ class ModelHistograms:
         for h in (self.request, self.queue, self.compute, self.batch_size):
             h._lock = self._lock
 
-    def observe_execution(self, compute_s: float, rows: int, queue_s: float | None = None) -> None:
-        """One execution's compute time and size, and (for one request run alone) its queue time: the
-        lock taken once for all three."""
+    def observe_execution(
+        self, compute_s: float, rows: int, queue_s: float | None = None, request_s: float | None = None
+    ) -> None:
+        """One execution's compute time and size, and (for one request run alone) its queue time and its
+        whole time in the scheduler: the lock taken once for all four."""
         with self._lock:
             self.compute._add(compute_s)
             self.batch_size._add(rows)
             if queue_s is not None:
                 self.queue._add(queue_s)
+            if request_s is not None:
+                self.request._add(request_s)

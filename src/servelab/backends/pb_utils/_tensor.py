@@ -108,13 +108,16 @@ def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
 def _as_tensor_array(value: Any, name: str) -> np.ndarray:
     """The numpy array a Tensor holds: BYTES as an object array of bytes (str elements UTF-8 encoded)."""
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    if array.dtype.kind == "U":
+    kind = array.dtype.kind
+    if kind in "biuf":  # nearly always: as it is
+        return array
+    if kind == "U":
         flat = np.empty(array.size, dtype=np.object_)
         flat[:] = [s.encode("utf-8") for s in array.reshape(-1)]
         return flat.reshape(array.shape)
-    if array.dtype.kind == "S":
+    if kind == "S":
         return array.astype(np.object_)
-    if array.dtype.kind not in "biufO" and array.dtype.name != "bfloat16":
+    if kind != "O" and array.dtype.name != "bfloat16":
         raise TritonModelException(f"tensor '{name}': numpy dtype {array.dtype} has no Triton datatype")
     return array
 

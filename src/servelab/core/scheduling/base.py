@@ -110,11 +110,14 @@ class Scheduler(ABC):
         self.histograms.compute.observe((input_ns + infer_ns + output_ns) / 1e9)
         self.histograms.batch_size.observe(rows)
 
-    def _observe_alone(self, rows: int, input_ns: int, infer_ns: int, output_ns: int, queue_ns: int) -> None:
+    def _observe_alone(
+        self, rows: int, input_ns: int, infer_ns: int, output_ns: int, queue_ns: int, request_ns: int | None = None
+    ) -> None:
         """One request that ran alone and succeeded: :meth:`_observe_execution` and :meth:`_observe_queue`
-        in one statistics lock and one histogram lock."""
+        (and, given ``request_ns``, the request histogram) in one statistics lock and one histogram lock."""
         self.stats.record_execution(rows, 1, input_ns, infer_ns, output_ns, queue_ns)
-        self.histograms.observe_execution((input_ns + infer_ns + output_ns) / 1e9, rows, queue_ns / 1e9)
+        self.histograms.observe_execution((input_ns + infer_ns + output_ns) / 1e9, rows, queue_ns / 1e9,
+                                          None if request_ns is None else request_ns / 1e9)  # fmt: skip
 
     def _observe_queue(self, queue_ns: int) -> None:
         """Queue time of one request that then succeeded (Triton counts successful requests only)."""

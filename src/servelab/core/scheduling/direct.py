@@ -105,6 +105,26 @@ class DirectScheduler(Scheduler):
                 return backend
         return backend  # every one is down: its refusal says why
 
+    def run(self, inputs: Inputs) -> Outputs:
+        """:meth:`Scheduler.run` without a cache, flattened (the event loop's inline path, every request
+        of a fast model): one call into the backend, the in-flight count, statistics and histograms (the
+        request's among them) each under its lock once."""
+        if self.cache is not None:
+            return super().run(inputs)
+        t0 = time.perf_counter_ns()
+        idle = self._idle
+        with idle:
+            self._in_flight += 1
+        try:
+            backend = self._pick()
+            cpu0 = time.thread_time_ns()
+            return self._finish(backend.execute_timed([inputs]), inputs, False, cpu0, t0)
+        finally:
+            with idle:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    idle.notify_all()
+
     def _run(self, inputs: Inputs, probe: bool = False) -> Outputs:
         self._enter()
         try:
@@ -125,13 +145,15 @@ class DirectScheduler(Scheduler):
         executed.queue_ns += time.perf_counter_ns() - submitted_ns - _executed_ns(executed)  # waited for a thread
         return self._finish(executed, inputs)
 
-    def _finish(self, executed: Executed, inputs: Inputs, probe: bool = False, cpu0: int = 0) -> Outputs:
+    def _finish(
+        self, executed: Executed, inputs: Inputs, probe: bool = False, cpu0: int = 0, t0: int | None = None
+    ) -> Outputs:
         # exponentially weighted execution time: decides whether the event loop may run the model itself;
         # a probe run on the loop that was fast enough sets it (see _probe)
         infer_ns = executed.infer_ns
         if probe and infer_ns < self.inline_ns:
             self._ewma_ns = float(infer_ns)
-            return self._answer(executed, inputs)
+            return self._answer(executed, inputs, t0)
         cap = _WAITED_CAP * self.inline_ns
         if cpu0 and infer_ns > cap and time.thread_time_ns() - cpu0 < cap:
             # slow on the caller's thread without using the CPU: it waited. On a loop that shares the process
@@ -140,14 +162,16 @@ class DirectScheduler(Scheduler):
             # A model that waits on every call (a device) still reaches the cap, above inline_ns, and leaves.
             infer_ns = cap
         self._ewma_ns += (infer_ns - self._ewma_ns) * 0.1
-        return self._answer(executed, inputs)
+        return self._answer(executed, inputs, t0)
 
-    def _answer(self, executed: Executed, inputs: Inputs) -> Outputs:
+    def _answer(self, executed: Executed, inputs: Inputs, t0: int | None = None) -> Outputs:
+        """The result; statistics for a success (and the request histogram, from ``t0``, where given)."""
         result = executed.results[0]
         if isinstance(result, ServelabError):
             raise result
         self._observe_alone(request_rows(inputs, self.batched), executed.input_ns, executed.infer_ns,
-                            executed.output_ns, max(0, executed.queue_ns))  # fmt: skip
+                            executed.output_ns, max(0, executed.queue_ns),
+                            None if t0 is None else time.perf_counter_ns() - t0)  # fmt: skip
         return result
 
     async def _run_async(self, inputs: Inputs, parameters: dict[str, Any]) -> Outputs:

@@ -70,7 +70,8 @@ _FIELD_TYPE = {
 def decode_parameters(params: Any, where: str) -> dict[str, Any]:
     """A ``map<string, InferParameter>`` as a plain dict (bool, int, str or float values)."""
     out: dict[str, Any] = {}
-    for key, p in params.items():
+    for key in params:  # keys, then indexing: half the cost of items() on upb's maps
+        p = params[key]
         choice = p.WhichOneof("parameter_choice")
         if choice is None:
             raise InvalidArgument(
@@ -190,7 +191,8 @@ def decode_plain(msg: pb.ModelInferRequest, limits: LimitSettings) -> InferReque
     included, is left to it (so errors read the same either way). It is a third of the general decoder's
     cost on a small request (16 -> 7 us for Triton's add_sub).
     """
-    inputs, raw = msg.inputs, msg.raw_input_contents
+    # upb's repeated fields are read as slices: a slice is one C call, iterating one is a call per element
+    inputs, raw = msg.inputs[:], msg.raw_input_contents[:]
     if len(raw) != len(inputs):
         return None
     params: dict[str, Any] = {}
@@ -201,22 +203,29 @@ def decode_plain(msg: pb.ModelInferRequest, limits: LimitSettings) -> InferReque
             return None  # the general decoder says so, after the checks it makes first
     tensors: list[Tensor] = []
     max_rank, max_elements = limits.max_tensor_rank, limits.max_tensor_elements
-    for inp, data in zip(inputs, raw, strict=True):
+    for inp, data in zip(inputs, raw, strict=False):  # lengths compared above; strict costs a check per item
         fixed = _FIXED_SIZE.get(inp.datatype)
         if fixed is None or inp.parameters or inp.HasField("contents"):
             return None
         datatype, dtype = fixed
-        shape = tuple(inp.shape)  # int64s from the wire: only the limits can refuse them
-        count = 1
-        for d in shape:
-            count *= d
-        if len(shape) > max_rank or min(shape, default=1) <= 0 or count > max_elements:
-            return None  # zero-size, negative or too large: check_shape's rules and texts, in the general decoder
-        if len(data) != count * dtype.itemsize:
-            return None
-        tensors.append(Tensor(inp.name, datatype, shape, np.frombuffer(data, dtype=dtype).reshape(shape), {}))
+        shape = tuple(inp.shape[:])  # int64s from the wire: only the limits can refuse them
+        if len(shape) == 1:
+            count = shape[0]
+            if count <= 0 or count > max_elements or len(data) != count * dtype.itemsize:
+                return None
+            array = np.frombuffer(data, dtype)  # already of this shape
+        else:
+            count = 1
+            for d in shape:
+                count *= d
+            if len(shape) > max_rank or min(shape, default=1) <= 0 or count > max_elements:
+                return None  # zero-size, negative or too large: check_shape's rules and texts, in the general decoder
+            if len(data) != count * dtype.itemsize:
+                return None
+            array = np.frombuffer(data, dtype).reshape(shape)
+        tensors.append(Tensor(inp.name, datatype, shape, array, {}))
     outputs: list[RequestedOutput] = []
-    for out in msg.outputs:
+    for out in msg.outputs[:]:
         if out.parameters:
             return None
         outputs.append(RequestedOutput(out.name, 0, {}))
