@@ -15,6 +15,7 @@ import grpc.aio
 
 from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
+from servelab.frontends.grpc.registration import HotMethodsOnly
 from servelab.frontends.grpc.rollout_servicer import RolloutServicer
 from servelab.frontends.grpc.servicer import HealthServicer, InferenceServicer
 from servelab.frontends.grpc.tfserving_servicer import ModelServicer, PredictionServicer
@@ -28,6 +29,11 @@ __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "bound_port", "start_grpc_server"]
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _PORT_ATTRIBUTE = "servelab_bound_port"
+#: the only methods registered with gRPC core; every other one is served by its service's generic handler
+HOT_METHODS = frozenset({
+    "/inference.GRPCInferenceService/ModelInfer",
+    "/tensorflow.serving.PredictionService/Predict",
+})  # fmt: skip
 
 
 async def start_grpc_server(
@@ -69,12 +75,13 @@ async def start_grpc_server(
         ]
     )
     inference = InferenceServicer(dataplane, limits=limits, shared_memory=shared_memory)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(inference, server)
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(dataplane), server)
-    rollout_pb2_grpc.add_RolloutServiceServicer_to_server(RolloutServicer(dataplane), server)
+    services = HotMethodsOnly(server, HOT_METHODS)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(inference, services)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(dataplane), services)
+    rollout_pb2_grpc.add_RolloutServiceServicer_to_server(RolloutServicer(dataplane), services)
     tfs.prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionServicer(dataplane, max_elements=max_message_bytes), server)
-    tfs.model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(dataplane, tfserving), server)
+        PredictionServicer(dataplane, max_elements=max_message_bytes), services)
+    tfs.model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(dataplane, tfserving), services)
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
         if credentials is None:

@@ -14,6 +14,7 @@ import grpc.aio
 
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
+from servelab.frontends.grpc.registration import HotMethodsOnly
 from servelab.frontends.grpc.torchserve_servicer import (
     TorchServeInferenceServicer,
     TorchServeManagementServicer,
@@ -23,6 +24,7 @@ from servelab.protocol import torchserve as ts_pb
 __all__ = ["start_torchserve_grpc_server"]
 
 _KINDS = ("torchserve_grpc_inference", "torchserve_grpc_management")
+_HOT_METHODS = frozenset({"/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"})
 
 
 async def start_torchserve_grpc_server(
@@ -44,12 +46,13 @@ async def start_torchserve_grpc_server(
         options=[("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit),
                  ("grpc.max_concurrent_streams", settings.limits.grpc_max_concurrent_streams), ("grpc.so_reuseport", 0)],
     )  # fmt: skip
+    services = HotMethodsOnly(server, _HOT_METHODS)  # see registration.py
     if kind == "torchserve_grpc_inference":
         ts_pb.inference_pb2_grpc.add_InferenceAPIsServiceServicer_to_server(
-            TorchServeInferenceServicer(dataplane, settings), server)
+            TorchServeInferenceServicer(dataplane, settings), services)
     else:
         ts_pb.management_pb2_grpc.add_ManagementAPIsServiceServicer_to_server(
-            TorchServeManagementServicer(dataplane, settings), server)
+            TorchServeManagementServicer(dataplane, settings), services)
     host = settings.host
     address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
