@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,3 +213,100 @@ def test_statistics_count_fast_path_requests(open_app: FastInfer, dataplane: Dat
     before = count()
     assert _send(open_app, "POST", "/v2/models/simple/infer", body=_request()).status == 200
     assert count() == before + 1
+
+
+@pytest.mark.parametrize(("headers", "taken"), [
+    ([(b"content-length", b"100")], (None,)),
+    ([(b"content-length", b"100"), (b"inference-header-content-length", b"60")], ("60",)),
+    ([(b"content-length", b"100"), (b"content-encoding", b"identity")], (None,)),
+    ([(b"content-length", b"100"), (b"inference-header-content-length", b" 0 ")], None),  # raw binary request
+    ([(b"content-length", b"100"), (b"content-encoding", b"gzip")], None),
+    ([], None),  # chunked: the reader that counts as it goes
+    ([(b"content-length", b"+100")], None),  # not plain digits: oip.infer says what is wrong
+    ([(b"content-length", str(LIMIT + 1).encode())], None),  # 413 before a byte is read
+    ([(b"content-length", b"100"), (b"content-length", b"x")], (None,)),  # the first counts, as in Starlette
+])
+def test_the_small_lane_takes_only_plain_requests_within_the_limits(
+    headers: list[tuple[bytes, bytes]], taken: tuple[str | None] | None
+) -> None:
+    from servelab.frontends.rest.fast_infer import _small_request
+
+    assert _small_request(headers, LimitSettings(max_body_bytes=LIMIT)) == taken
+
+
+def test_small_and_full_lanes_answer_alike(open_app: FastInfer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small request is served without oip.infer; a gzip one goes through it; both answer the same."""
+    from servelab.frontends.rest import oip
+
+    calls: list[str] = []
+    full = oip.infer
+
+    async def counted(request: Any) -> Any:
+        calls.append(request.url.path)
+        return await full(request)
+
+    monkeypatch.setattr(oip, "infer", counted)
+    for binary in (False, True):
+        small = _send(open_app, "POST", "/v2/models/simple/infer", body=_request(binary))
+        assert calls == []
+        packed = _send(open_app, "POST", "/v2/models/simple/infer", {"content-encoding": "gzip"}, gzip.compress(_request(binary)))
+        assert calls == ["/v2/models/simple/infer"]
+        calls.clear()
+        assert small.status == 200 and small == packed
+
+
+def _asgi(app: FastInfer, messages: list[dict[str, Any]], body_length: int) -> tuple[int, bytes]:
+    """One POST to simple's infer route fed ``messages`` by receive; (status, body) sent back."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v2/models/simple/infer", "raw_path": b"/v2/models/simple/infer", "query_string": b"",
+             "root_path": "", "headers": [(b"host", b"test"), (b"content-length", str(body_length).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}  # fmt: skip
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_the_small_lane_joins_a_body_sent_in_parts(open_app: FastInfer) -> None:
+    body = _request()
+    parts = [body[:7], body[7:50], body[50:]]
+    status, answer = _asgi(open_app, [{"type": "http.request", "body": p, "more_body": i < 2} for i, p in enumerate(parts)], len(body))
+    assert status == 200
+    assert answer == _send(open_app.app, "POST", "/v2/models/simple/infer", body=body).body
+
+
+def test_a_client_gone_mid_body_is_answered_as_the_router_does(open_app: FastInfer) -> None:
+    body = _request()
+    half = [{"type": "http.request", "body": body[:20], "more_body": True}]  # then http.disconnect
+    small = _asgi(open_app, list(half), len(body))
+    chunked = FastInfer(open_app.app)  # the same request through oip.infer: gzip is not set, so drop Content-Length
+    assert small[0] >= 400
+    full_sent: list[dict[str, Any]] = []
+
+    async def run_full() -> None:
+        messages = list(half)
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            full_sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+                 "path": "/v2/models/simple/infer", "raw_path": b"/v2/models/simple/infer", "query_string": b"",
+                 "root_path": "", "headers": [(b"host", b"test")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}  # fmt: skip
+        await chunked(scope, receive, send)
+
+    asyncio.run(run_full())
+    full = (full_sent[0]["status"], b"".join(m.get("body", b"") for m in full_sent[1:]))
+
+    def without_id(answer: tuple[int, bytes]) -> tuple[int, bytes]:  # each answer names its own request id
+        return answer[0], re.sub(rb"request id [0-9a-f]+", b"request id ID", answer[1])
+
+    assert without_id(small) == without_id(full)

@@ -12,14 +12,19 @@ Starlette app unchanged, so its router stays the one authority on every other ro
 
 from __future__ import annotations
 
+from time import perf_counter_ns
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
+from servelab.config.limits import LimitSettings
 from servelab.frontends.auth import Door, check_scope, route_requirement
 from servelab.frontends.rest import oip
+from servelab.frontends.rest._body import LARGE_BODY_BYTES, off_loop_if_large
+from servelab.frontends.rest._oip_codec import decode_body, encode_infer
 from servelab.frontends.rest.errors import handled_error
 
 __all__ = ["INFER_TEMPLATES", "FastInfer", "infer_path_params"]
@@ -72,12 +77,80 @@ class FastInfer:
     async def _infer(self, scope: Scope, receive: Receive, send: Send, params: dict[str, str]) -> None:
         scope["app"] = self.app  # what Starlette sets: the endpoint and the handlers read app.state
         scope["path_params"] = params
-        request = Request(scope, receive, send)
         requirement = self._versioned if "version" in params else self._plain
         try:
             if requirement is not None:
                 check_scope(requirement, scope)
-            response = await oip.infer(request)
+            state = self.app.state
+            small = _small_request(scope["headers"], state.settings.limits)
+            if small is not None:  # the common request, read and answered without Starlette's objects
+                await _small_infer(state, scope, receive, send, params, small)
+                return
+            response = await oip.infer(Request(scope, receive, send))
         except Exception as exc:  # what the app's exception middlewares would answer
-            response = await handled_error(request, exc)
+            response = await handled_error(Request(scope, receive, send), exc)
         await response(scope, receive, send)
+
+
+def _small_request(headers: list[tuple[bytes, bytes]], limits: LimitSettings) -> tuple[str | None] | None:
+    """``(Inference-Header-Content-Length or None,)`` for a request the small lane takes: a Content-Length
+    within every size limit that would send its body or its decoding elsewhere (413, the chunked reader,
+    the decode thread), no content encoding, not a raw binary request (header length 0); else None, and
+    :func:`oip.infer` serves it (its checks and errors unchanged). The first of a repeated header counts,
+    as in Starlette's ``Headers.get``."""
+    declared = header_length = encoding = None
+    for name, value in headers:
+        if name == b"content-length":
+            declared = value if declared is None else declared
+        elif name == b"inference-header-content-length":
+            header_length = value if header_length is None else header_length
+        elif name == b"content-encoding":
+            encoding = value if encoding is None else encoding
+    if declared is None or not declared.isdigit() or (encoding is not None and encoding.strip().lower() not in (b"", b"identity")):
+        return None
+    size = int(declared)
+    if size > min(limits.max_body_bytes, LARGE_BODY_BYTES, limits.offload_decode_bytes):
+        return None
+    if header_length is None:
+        return (None,)
+    text = header_length.decode("latin-1")
+    return None if text.strip() == "0" else (text,)
+
+
+async def _small_infer(
+    state: Any, scope: Scope, receive: Receive, send: Send, params: dict[str, str], small: tuple[str | None]
+) -> None:
+    """:func:`oip.infer` for a request :func:`_small_request` took: the same decode, data plane call, encode,
+    statistics and answer (status, headers, body), without Request, Headers and Response objects per call."""
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ClientDisconnect()  # what Request.body() raises
+    body = message.get("body", b"")
+    if message.get("more_body", False):
+        chunks = [body]
+        while message.get("more_body", False):
+            message = await receive()
+            if message["type"] != "http.request":
+                raise ClientDisconnect()
+            chunks.append(message.get("body", b""))
+        body = b"".join(chunks)
+    dp = state.dataplane
+    t0 = perf_counter_ns()
+    decoded = decode_body(body, small[0], params["model"], params.get("version", ""), state.settings.limits,
+                          state.shared_memory)  # fmt: skip
+    t1 = perf_counter_ns()
+    response = await dp.infer_async(decoded.request, Headers(scope=scope))  # headers: a policy's sticky key
+    t2 = perf_counter_ns()
+    size = sum(t.data.nbytes for t in response.outputs)
+    payload, json_length = await off_loop_if_large(
+        size, state.settings.limits.offload_decode_bytes, encode_infer, response, decoded, state.shared_memory
+    )
+    dp.record_wire(response, t1 - t0, perf_counter_ns() - t2)
+    length = str(len(payload)).encode()
+    if json_length is None:
+        headers = [(b"content-length", length), (b"content-type", b"application/json")]
+    else:  # the order Starlette's Response gives them
+        headers = [(b"inference-header-content-length", str(json_length).encode()), (b"content-length", length),
+                   (b"content-type", b"application/octet-stream")]  # fmt: skip
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
