@@ -12,7 +12,6 @@ Starlette app unchanged, so its router stays the one authority on every other ro
 
 from __future__ import annotations
 
-from time import perf_counter_ns
 from typing import Any
 
 from starlette.applications import Starlette
@@ -23,8 +22,7 @@ from starlette.types import Receive, Scope, Send
 from servelab.config.limits import LimitSettings
 from servelab.frontends.auth import Door, check_scope, route_requirement
 from servelab.frontends.rest import oip
-from servelab.frontends.rest._body import LARGE_BODY_BYTES, off_loop_if_large
-from servelab.frontends.rest._oip_codec import decode_body, encode_infer
+from servelab.frontends.rest._body import LARGE_BODY_BYTES
 from servelab.frontends.rest.errors import handled_error
 
 __all__ = ["INFER_TEMPLATES", "FastInfer", "infer_path_params"]
@@ -120,8 +118,8 @@ def _small_request(headers: list[tuple[bytes, bytes]], limits: LimitSettings) ->
 async def _small_infer(
     state: Any, scope: Scope, receive: Receive, send: Send, params: dict[str, str], small: tuple[str | None]
 ) -> None:
-    """:func:`oip.infer` for a request :func:`_small_request` took: the same decode, data plane call, encode,
-    statistics and answer (status, headers, body), without Request, Headers and Response objects per call."""
+    """:func:`oip.infer` for a request :func:`_small_request` took: the same :func:`oip.answer_infer`, status,
+    headers and body, without Starlette's Request and Response objects per call."""
     message = await receive()
     if message["type"] != "http.request":
         raise ClientDisconnect()  # what Request.body() raises
@@ -134,18 +132,10 @@ async def _small_infer(
                 raise ClientDisconnect()
             chunks.append(message.get("body", b""))
         body = b"".join(chunks)
-    dp = state.dataplane
-    t0 = perf_counter_ns()
-    decoded = decode_body(body, small[0], params["model"], params.get("version", ""), state.settings.limits,
-                          state.shared_memory)  # fmt: skip
-    t1 = perf_counter_ns()
-    response = await dp.infer_async(decoded.request, Headers(scope=scope))  # headers: a policy's sticky key
-    t2 = perf_counter_ns()
-    size = sum(t.data.nbytes for t in response.outputs)
-    payload, json_length = await off_loop_if_large(
-        size, state.settings.limits.offload_decode_bytes, encode_infer, response, decoded, state.shared_memory
-    )
-    dp.record_wire(response, t1 - t0, perf_counter_ns() - t2)
+    payload, json_length = await oip.answer_infer(
+        state.dataplane, state.settings.limits, state.shared_memory, body, small[0], params["model"],
+        params.get("version", ""), Headers(scope=scope),
+    )  # fmt: skip
     length = str(len(payload)).encode()
     if json_length is None:
         headers = [(b"content-length", length), (b"content-type", b"application/json")]

@@ -12,6 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from servelab.config.limits import LimitSettings
+from servelab.core.dataplane import DataPlane
+from servelab.core.routing import HeaderLookup
 from servelab.errors import InvalidArgument
 from servelab.frontends.rest._body import off_loop_if_large, read_body
 from servelab.frontends.rest._common import (
@@ -23,10 +26,11 @@ from servelab.frontends.rest._common import (
     shared_memory,
 )
 from servelab.frontends.rest._oip_codec import decode_body, encode_infer, parse_json_object, raw_request
+from servelab.frontends.shared_memory import SharedMemory
 from servelab.frontends.trace_logging import LOGGING_EXTENSION
 from servelab.repository import FILE_PREFIX, config_to_dict
 
-__all__ = ["EXTENSIONS", "routes"]
+__all__ = ["EXTENSIONS", "answer_infer", "routes"]
 
 #: extensions this front-end adds to the data plane's list (and the shared-memory ones: ``create_app``)
 EXTENSIONS = ("binary_tensor_data", LOGGING_EXTENSION)
@@ -74,12 +78,29 @@ async def model_stats(request: Request) -> Response:
 
 async def infer(request: Request) -> Response:
     name, version = model_and_version(request)
-    dp = dataplane(request)
-    limits = settings(request).limits
-    regions = shared_memory(request)
-    body = await read_body(request, limits.max_body_bytes)
+    body = await read_body(request, settings(request).limits.max_body_bytes)
+    payload, json_length = await answer_infer(
+        dataplane(request), settings(request).limits, shared_memory(request), body,
+        request.headers.get(_HEADER_LENGTH), name, version, request.headers,
+    )  # fmt: skip
+    if json_length is None:
+        return Response(payload, media_type="application/json")
+    return Response(
+        payload,
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(json_length)},
+    )
+
+
+async def answer_infer(
+    dp: DataPlane, limits: LimitSettings, regions: SharedMemory, body: bytes | bytearray, header_length: str | None,
+    name: str, version: str, headers: HeaderLookup,
+) -> tuple[bytes, int | None]:
+    """An inference body's answer: (payload, JSON header length or None when every output is JSON).
+
+    Decode (a raw binary request when the header length is 0), the data plane call (``headers``: a routing
+    policy's sticky key), encode, the wire statistics; a large body's decode and encode off the loop."""
     t0 = perf_counter_ns()
-    header_length = request.headers.get(_HEADER_LENGTH)
     if header_length is not None and header_length.strip() == "0":
         metadata = dp.model_metadata(name, version)
         decoded = await off_loop_if_large(
@@ -90,20 +111,14 @@ async def infer(request: Request) -> Response:
             len(body), limits.offload_decode_bytes, decode_body, body, header_length, name, version, limits, regions
         )
     t1 = perf_counter_ns()
-    response = await dp.infer_async(decoded.request, request.headers)  # headers: a policy's sticky key
+    response = await dp.infer_async(decoded.request, headers)
     t2 = perf_counter_ns()
     size = sum(t.data.nbytes for t in response.outputs)
     payload, json_length = await off_loop_if_large(
         size, limits.offload_decode_bytes, encode_infer, response, decoded, regions
     )
     dp.record_wire(response, t1 - t0, perf_counter_ns() - t2)
-    if json_length is None:
-        return Response(payload, media_type="application/json")
-    return Response(
-        payload,
-        media_type="application/octet-stream",
-        headers={"Inference-Header-Content-Length": str(json_length)},
-    )
+    return payload, json_length
 
 
 async def _optional_object(request: Request, what: str) -> dict[str, Any]:
