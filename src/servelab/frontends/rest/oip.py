@@ -78,9 +78,10 @@ async def model_stats(request: Request) -> Response:
 
 async def infer(request: Request) -> Response:
     name, version = model_and_version(request)
-    body = await read_body(request, settings(request).limits.max_body_bytes)
+    limits = settings(request).limits
+    body = await read_body(request, limits.max_body_bytes)
     payload, json_length = await answer_infer(
-        dataplane(request), settings(request).limits, shared_memory(request), body,
+        dataplane(request), limits, shared_memory(request), body,
         request.headers.get(_HEADER_LENGTH), name, version, request.headers,
     )  # fmt: skip
     if json_length is None:
