@@ -20,6 +20,12 @@ class WorkerSettings(BaseModel):
     max_workers_per_model: int = Field(
         8, ge=1, description="Most worker processes one model version may have (instance_group count, TorchServe scale)."
     )
+    spin_us: int = Field(
+        200, ge=0, le=10_000,
+        description="A request the event loop sends to an idle worker, with nothing else waiting on the loop, is "
+        "awaited by polling the worker's socket for up to this long (and up to twice the worker's typical answer "
+        "time) instead of sleeping: neither side then pays a wake-up. 0 turns it off.",
+    )
     arena_bytes: int = Field(
         8 * 1024 * 1024, ge=1024 * 1024,
         description="Shared memory pre-allocated per worker and direction for tensors (grows when a request needs more).",

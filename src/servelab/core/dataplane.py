@@ -177,8 +177,11 @@ class DataPlane(RepositoryControl):
             t0 = time.perf_counter_ns()
             scheduler = call.lv.scheduler
             try:
+                deadline_s = scheduler.deadline_s
                 if scheduler.runs_inline_now:  # it would run on the loop, awaiting nothing: no timeout could fire,
                     outputs = scheduler.run(call.inputs)  # and run_async would only add two coroutines
+                elif deadline_s is not None and deadline_s <= self.request_timeout_s:  # its workers answer by then
+                    outputs = await scheduler.run_async(call.inputs, request.parameters)
                 else:  # asyncio.timeout, not wait_for: no extra task and loop turns
                     async with asyncio.timeout(self.request_timeout_s):
                         outputs = await scheduler.run_async(call.inputs, request.parameters)

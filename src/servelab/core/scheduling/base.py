@@ -130,6 +130,12 @@ class Scheduler(ABC):
         return False
 
     @property
+    def deadline_s(self) -> float | None:
+        """The time limit this scheduler answers every request within by itself (its worker processes
+        enforce it), so no timeout around :meth:`run_async` is needed; None where it does not."""
+        return None
+
+    @property
     def runs_inline_now(self) -> bool:
         """Whether :meth:`run_async` called now would run the model on the loop without awaiting anything
         (so a timeout around it could never fire); False where a scheduler does not know."""

@@ -90,6 +90,10 @@ class DirectScheduler(Scheduler):
         return sum(w.queued for w in self._isolated)
 
     @property
+    def deadline_s(self) -> float | None:
+        return max(w.deadline_s for w in self._isolated) if self._all_workers else None
+
+    @property
     def runs_inline_now(self) -> bool:
         return not self._all_workers and self._ewma_ns < self.inline_ns  # _run_async's first inline rule
 

@@ -65,7 +65,7 @@ class WorkerInstance(Backend):
         self._metrics_owner = f"{ctx.model_name}/{ctx.version}/worker-{id(self):x}"
         metrics = ctx.custom_metrics.bind(self._metrics_owner) if ctx.custom_metrics is not None else None
         serving = WorkerCalls(self.label, ctx.infer, ctx.infer_stream, metrics, pool.calls)
-        self._d = Dispatcher(self.label, serving, self._kill, self._wake)
+        self._d = Dispatcher(self.label, serving, self._kill, self._wake, spin_us=pool.settings.spin_us)
         self._proc: subprocess.Popen[bytes] | None = None
         self._closing = threading.Event()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -97,14 +97,20 @@ class WorkerInstance(Backend):
         return self._proc.pid if self._proc is not None else None
 
     @property
+    def deadline_s(self) -> float:
+        """Every request is answered within this (the supervisor answers a late one, then kills its worker)."""
+        return self.pool.timeout_s
+
+    @property
     def queued(self) -> int:
-        return len(self._d.queue)
+        """Requests waiting: queued, or sent behind the running one (pipelined)."""
+        return len(self._d.queue) + (self._d.pipelined is not None)
 
     @property
     def busy(self) -> int:
         """Requests on this worker: running, queued, and decoupled ones still streaming."""
         d = self._d
-        return len(d.queue) + len(d.streams) + (d.active is not None)
+        return len(d.queue) + len(d.streams) + (d.active is not None) + (d.pipelined is not None)
 
     def wait_available(self, timeout_s: float) -> bool:
         d = self._d
@@ -115,7 +121,7 @@ class WorkerInstance(Backend):
         """The worker's state for statistics: pid, READY / RESTARTING / ..., restarts, last exit."""
         return {
             "pid": self.pid, "state": self._d.state, "restarts": self.restarts, "last_exit": self.last_exit,
-            "busy": self._d.active is not None, "queued": len(self._d.queue),
+            "busy": self._d.active is not None, "queued": self.queued,
         }
 
     # ----- life -----
@@ -284,7 +290,8 @@ class WorkerInstance(Backend):
                     late.append(t)
                 if busy_s >= timeout_s + kill_s:
                     stuck_s = busy_s
-            waited = [q for q in d.queue if not q.answered and (now - q.enqueued_ns) / 1e9 >= timeout_s]
+            waiting = [*d.queue, d.pipelined] if d.pipelined is not None else d.queue
+            waited = [q for q in waiting if not q.answered and (now - q.enqueued_ns) / 1e9 >= timeout_s]
         if late:
             d.fail(late, Unavailable(
                 f"{self.label} did not answer within {timeout_s:g} s: its worker process (pid {self.pid}) is "
@@ -303,11 +310,11 @@ class WorkerInstance(Backend):
         with d.lock:
             d.state = "RESTARTING"
             d.down_reason = f"its worker process (pid {pid}) {how}; restarting it"
-            active, d.active, d.reader = d.active, None, None
-            queued = d.drain_queue()
+            sent = d.in_worker()
+            queued = sent[1:] + d.drain_queue()  # a pipelined one had not started
         log.error("%s: worker process %d %s; restarting it", self.label, pid, how)
-        if active is not None:
-            d.fail([active], Unavailable(f"{self.label}: its worker process (pid {pid}) {how} while running the request"))
+        if sent:
+            d.fail(sent[:1], Unavailable(f"{self.label}: its worker process (pid {pid}) {how} while running the request"))
         d.fail(queued, Unavailable(f"{self.label}: its worker process (pid {pid}) {how} before the request ran"))
         d.streams.fail_all(Unavailable(f"{self.label}: its worker process (pid {pid}) {how} while the request was streaming"))
         self._forget_metrics()
@@ -315,9 +322,8 @@ class WorkerInstance(Backend):
     def _closed_while_running(self) -> None:
         d = self._d
         with d.lock:
-            active, d.active, d.reader = d.active, None, None
-        if active is not None:
-            d.fail([active], Unavailable(f"{self.label} was unloaded while the request ran"))
+            sent = d.in_worker()
+        d.fail(sent, Unavailable(f"{self.label} was unloaded while the request ran"))
         d.streams.fail_all(Unavailable(f"{self.label} was unloaded while the request was streaming responses"))
 
     def _forget_metrics(self) -> None:
