@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
 import numpy as np
-from workers_testutil import CallingBackend, EchoBackend, SleepBackend, config, start_worker
+from workers_testutil import HUNG, CallingBackend, EchoBackend, SleepBackend, config, start_worker, wait_for
 
 from servelab.backends.base import Inputs, Outputs
 from servelab.core.scheduling import DirectScheduler
@@ -19,7 +19,6 @@ from servelab.core.stats import ModelStats
 from servelab.errors import InvalidArgument, NotFound, Unavailable
 
 MIB = 1 << 20
-HUNG = {"x": np.array([1e6], np.float32)}  # SleepBackend sleeps "forever"
 
 
 def _every_datatype() -> Inputs:
@@ -41,13 +40,6 @@ def _every_datatype() -> Inputs:
         "EMPTY": np.zeros((0, 3), np.float32),
         "STRIDED": np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2],
     }
-
-
-def _wait_for(predicate: object, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)  # poll interval, not synchronisation
 
 
 def test_every_datatype_round_trips_through_shared_memory() -> None:
@@ -135,7 +127,7 @@ def test_a_killed_worker_fails_its_request_unavailable_and_is_restarted() -> Non
         assert first_pid is not None
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(worker.execute, [HUNG])
-            _wait_for(lambda: worker.describe()["busy"])
+            wait_for(lambda: worker.describe()["busy"])
             os.kill(first_pid, signal.SIGKILL)
             error = pending.result(timeout=30)[0]
         assert isinstance(error, Unavailable)
@@ -158,14 +150,14 @@ def test_a_stuck_worker_is_answered_at_the_deadline_then_killed_and_replaced() -
         with ThreadPoolExecutor(1) as pool:
             start = time.monotonic()
             hung = pool.submit(worker.execute, [HUNG])
-            _wait_for(lambda: worker.describe()["busy"])
+            wait_for(lambda: worker.describe()["busy"])
             behind = worker.execute([{"x": np.zeros(1, np.float32)}])[0]  # queued behind the stuck one
             error = hung.result(timeout=30)[0]
             elapsed = time.monotonic() - start
         assert isinstance(error, Unavailable) and "did not answer within 0.5 s" in error.message
         assert 0.45 <= elapsed < 5.0
         assert isinstance(behind, Unavailable) and "waited 0.5 s for a busy worker" in behind.message
-        _wait_for(lambda: worker.restarts == 1 and worker.available)
+        wait_for(lambda: worker.restarts == 1 and worker.available)
         assert worker.pid != stuck_pid and "stuck" in worker.last_exit and "killed" in worker.last_exit
         np.testing.assert_array_equal(worker.infer({"x": np.zeros(1, np.float32)})["y"], [0.0])
     finally:
@@ -176,7 +168,7 @@ def test_close_kills_a_busy_worker_at_once() -> None:
     worker = start_worker(SleepBackend)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(worker.execute, [HUNG])
-        _wait_for(lambda: worker.describe()["busy"])
+        wait_for(lambda: worker.describe()["busy"])
         start = time.monotonic()
         worker.close(grace_s=30.0)  # the grace is for an idle worker's finalize(): a busy one is killed
         assert time.monotonic() - start < 5.0

@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from workers_testutil import SleepBackend, start_worker
+from workers_testutil import HUNG, SleepBackend, start_worker, wait_for
 
 from servelab.errors import Unavailable
-
-HUNG = {"x": np.array([1e6], np.float32)}
 
 
 def _sleep(seconds: float) -> dict[str, np.ndarray]:
     return {"x": np.array([seconds], np.float32)}
-
-
-def _wait_for(predicate: object, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)  # poll interval, not synchronisation
 
 
 def test_the_request_behind_a_running_one_is_sent_at_once_and_its_wait_is_queue_time() -> None:
@@ -33,12 +23,12 @@ def test_the_request_behind_a_running_one_is_sent_at_once_and_its_wait_is_queue_
     try:
         with ThreadPoolExecutor(3) as pool:
             slow = pool.submit(worker.execute_timed, [_sleep(0.4)])
-            _wait_for(lambda: worker.describe()["busy"])
+            wait_for(lambda: worker.describe()["busy"])
             behind = pool.submit(worker.execute_timed, [_sleep(0.0)])
-            _wait_for(lambda: worker.describe()["queued"] == 1)
+            wait_for(lambda: worker.describe()["queued"] == 1)
             assert worker._d.pipelined is not None  # sent to the worker, not held in the server's queue
             last = pool.submit(worker.execute_timed, [_sleep(0.0)])
-            _wait_for(lambda: worker.describe()["queued"] == 2)
+            wait_for(lambda: worker.describe()["queued"] == 2)
             assert len(worker._d.queue) == 1  # one pipelined at most
             first, second, third = slow.result(30), behind.result(30), last.result(30)
         assert all(not isinstance(e.results[0], Exception) for e in (first, second, third))
@@ -57,11 +47,11 @@ def test_a_killed_worker_fails_the_pipelined_and_queued_requests_as_not_run_and_
         assert pid is not None
         with ThreadPoolExecutor(3) as pool:
             hung = pool.submit(worker.execute, [HUNG])
-            _wait_for(lambda: worker.describe()["busy"])
+            wait_for(lambda: worker.describe()["busy"])
             pipelined = pool.submit(worker.execute, [_sleep(0.0)])
-            _wait_for(lambda: worker.describe()["queued"] == 1)
+            wait_for(lambda: worker.describe()["queued"] == 1)
             queued = pool.submit(worker.execute, [_sleep(0.0)])
-            _wait_for(lambda: worker.describe()["queued"] == 2)
+            wait_for(lambda: worker.describe()["queued"] == 2)
             os.kill(pid, signal.SIGKILL)
             running_error = hung.result(30)[0]
             errors = [pipelined.result(30)[0], queued.result(30)[0]]
@@ -84,13 +74,13 @@ def test_late_answers_of_a_timed_out_request_and_of_the_one_behind_it_are_draine
         pid = worker.pid
         with ThreadPoolExecutor(2) as pool:
             late = pool.submit(worker.execute, [_sleep(0.6)])
-            _wait_for(lambda: worker.describe()["busy"])
+            wait_for(lambda: worker.describe()["busy"])
             behind = pool.submit(worker.execute, [_sleep(0.0)])
             errors = [late.result(30)[0], behind.result(30)[0]]
         assert isinstance(errors[0], Unavailable) and "did not answer within 0.3 s" in errors[0].message
         assert isinstance(errors[1], Unavailable) and "for a busy worker" in errors[1].message
         out = worker.infer({"x": np.array([0.01], np.float32)})
         assert float(out["y"][0]) == np.float32(0.01) and int(out["pid"][0]) == pid  # the same worker, not killed
-        _wait_for(lambda: not worker.describe()["busy"] and worker.describe()["queued"] == 0)
+        wait_for(lambda: not worker.describe()["busy"] and worker.describe()["queued"] == 0)
     finally:
         worker.close()

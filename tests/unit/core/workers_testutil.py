@@ -83,3 +83,15 @@ def start_worker(
     worker = pool.instance(ctx, cls)
     worker.load()
     return worker
+
+
+#: SleepBackend sleeps "forever" on this
+HUNG = {"x": np.array([1e6], np.float32)}
+
+
+def wait_for(predicate: object, timeout_s: float = 60.0) -> None:
+    """Poll ``predicate`` until it holds (a poll interval, not synchronisation)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)

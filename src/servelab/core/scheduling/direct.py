@@ -77,6 +77,8 @@ class DirectScheduler(Scheduler):
         #: this version's requests submitted to its pool and not yet answered (a probe waits for none)
         self._pooled = 0
         self._closed = False
+        #: read on every request: worked out once (the workers' deadline does not change)
+        self._deadline_s = max(w.deadline_s for w in self._isolated) if self._all_workers else None
         self._pool = ThreadPoolExecutor(
             max_workers=threads or len(backends), thread_name_prefix=f"infer-{stats.name}"
         )
@@ -91,7 +93,7 @@ class DirectScheduler(Scheduler):
 
     @property
     def deadline_s(self) -> float | None:
-        return max(w.deadline_s for w in self._isolated) if self._all_workers else None
+        return self._deadline_s
 
     @property
     def runs_inline_now(self) -> bool:

@@ -3,8 +3,7 @@
 Requests queue here (queue time) and go to the worker one execution at a time; while one plain
 request runs, the next is already sent (pipelined), so the worker finds it as soon as it is done and
 neither side waits for the other to wake up. The waiter of the running request reads the worker's
-socket itself, so no thread hop lies on the way back: a thread
-in :meth:`Dispatcher.execute_timed`, or the event loop (``add_reader``) for
+socket itself, so no thread hop lies on the way back: a thread in :meth:`Dispatcher.execute_timed`, or the event loop (``add_reader``) for
 :meth:`Dispatcher.execute_async`. Whoever reads a result starts the next request and hands the
 reading to that request's waiter. A call from the worker into the server (``ctx.infer`` in the
 worker, Triton's BLS) goes to a thread pool that answers it while the request still runs
@@ -16,10 +15,7 @@ like any other, but its responses (RESPONSE messages) may keep coming after that
 requests; they go to the request's :class:`~._sinks.StreamSink` until the final one. The supervisor
 reads for open streams (one thread hop to the consumer, which suits a stream).
 
-An event loop that sends a request to an idle worker while nothing else waits on it polls the socket for
-the answer a short while (``spin_us``, at most twice the worker's typical answer time) instead of
-sleeping in its selector: on a virtual machine a wake-up costs ~15 us of the sender's CPU plus the
-sleeper's latency, twice per request. Anything else the loop would do waits at most that long.
+How an event loop reads for its requests (and polls a fast worker): :mod:`._loop_reading`.
 """
 
 from __future__ import annotations
@@ -30,10 +26,8 @@ import itertools
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from servelab.backends.base import Executed, Inputs, Outputs, StreamItem, StreamRequest
@@ -48,6 +42,7 @@ from servelab.core.workers._channel import (
     error_from,
 )
 from servelab.core.workers._latch import Latch, settle_on
+from servelab.core.workers._loop_reading import AWAITING, LoopReading, Ticket
 from servelab.core.workers._serving import KINDS as CALL_KINDS
 from servelab.core.workers._serving import WorkerCalls
 from servelab.core.workers._sinks import OpenStreams, StreamSink
@@ -58,33 +53,9 @@ __all__ = ["Dispatcher", "Ticket"]
 log = logging.getLogger("servelab.workers")
 
 TICK_S = 0.1  #: how often waiters (and the supervisor) look again when nothing happens
-#: per event loop: [requests awaiting a worker's answer on it, over every worker]
-_AWAITING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[int]] = weakref.WeakKeyDictionary()
 
 
-@dataclass(slots=True, eq=False)
-class Ticket:
-    """One execution asked of the worker, and who waits for it."""
-
-    id: int
-    requests: list[Inputs]
-    enqueued_ns: int
-    deliver: Callable[[Executed], None]
-    loop: asyncio.AbstractEventLoop | None = None  # an async waiter reads on this loop
-    woken: Latch | None = None  # a sync waiter: told to read, or that it is answered
-    executed: Executed | None = None
-    #: a decoupled request: its parameters and requested outputs travel too, its responses go here
-    sink: StreamSink | None = None
-    extras: tuple[dict[str, Any], list[str], str] | None = None
-    claimed_ns: int = 0
-    started_ns: int = 0  # 0 while it waits (queued, or pipelined behind the running one)
-    sent_ns: int = 0
-    input_ns: int = 0
-    answered: bool = False
-    cancelled: bool = False
-
-
-class Dispatcher:
+class Dispatcher(LoopReading):
     """Queue and running request of one worker; ``state`` READY lets requests through.
 
     The supervisor owns ``channel`` and ``state`` (under ``lock``), ``kill`` and ``wake`` reach it.
@@ -134,9 +105,9 @@ class Dispatcher:
         future: asyncio.Future[Executed] = loop.create_future()
         ticket = Ticket(next(self._ids), requests, time.perf_counter_ns(),
                         lambda e: settle_on(loop, future, e), loop=loop)
-        awaiting = _AWAITING.get(loop)
+        awaiting = AWAITING.get(loop)
         if awaiting is None:
-            awaiting = _AWAITING[loop] = [0]
+            awaiting = AWAITING[loop] = [0]
         awaiting[0] += 1
         try:
             self.submit(ticket)
@@ -148,17 +119,6 @@ class Dispatcher:
             raise
         finally:
             awaiting[0] -= 1
-
-    def _spin(self, future: asyncio.Future[Executed]) -> None:
-        """On the loop, alone: poll for the answer of a worker that answers fast (see the module docstring)."""
-        budget = min(self.spin_ns, 2 * self.turnaround_ns)
-        channel = self._loop_channel
-        if budget <= 0 or self.turnaround_ns > self.spin_ns or channel is None:
-            return
-        end = time.perf_counter_ns() + budget
-        while not future.done() and self._loop_channel is channel and time.perf_counter_ns() < end:
-            if channel.readable(0):
-                self._on_readable()
 
     def open_stream(self, request: StreamRequest, sink: StreamSink) -> None:
         """Run a decoupled request in the worker; every response goes to ``sink``, the last one final."""
@@ -305,60 +265,6 @@ class Dispatcher:
         if orphaned:
             self._wake()
 
-    def _hand_reading(self, ticket: Ticket) -> None:
-        if ticket.sink is not None:
-            self._wake()  # the supervisor reads a stream's messages
-            return
-        loop = ticket.loop
-        if loop is None:
-            if ticket.woken is not None:
-                ticket.woken.set()
-            return
-        try:
-            here = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            here = False
-        if here:
-            self._watch_on_loop(ticket)
-            return
-        try:
-            loop.call_soon_threadsafe(self._watch_on_loop, ticket)
-        except RuntimeError:  # that loop has closed: the supervisor reads
-            with self.lock:
-                if self.reader is ticket:
-                    self.reader = None
-            self._wake()
-
-    def _watch_on_loop(self, ticket: Ticket) -> None:
-        """In the ticket's loop: watch the socket (if it is still this ticket's turn)."""
-        channel = self.channel
-        if self.reader is not ticket or channel is None or self.eof is channel:
-            return
-        if self._loop_channel is channel and self._loop is ticket.loop:
-            return  # already watching
-        self._unwatch_loop()
-        assert ticket.loop is not None
-        self._loop, self._loop_channel, self._loop_fd = ticket.loop, channel, channel.sock.fileno()
-        ticket.loop.add_reader(self._loop_fd, self._on_readable)
-
-    def _on_readable(self) -> None:
-        channel = self._loop_channel
-        if channel is None:
-            return
-        if not self.read_ready(channel):
-            self._unwatch_loop()
-            self._on_eof(channel)
-            return
-        reader = self.reader
-        if reader is None or reader.loop is not self._loop:
-            self._unwatch_loop()
-
-    def _unwatch_loop(self) -> None:
-        if self._loop is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(self._loop_fd)
-        self._loop, self._loop_channel, self._loop_fd = None, None, -1
-
     def read_ready(self, channel: Channel) -> bool:
         """Handle the message waiting on ``channel`` (one: poll says when there is another);
         False when the worker's end has closed."""
@@ -446,17 +352,3 @@ class Dispatcher:
                 item.error = error_from(entry[1], entry[2])
         channel.done_reading()
         self.streams.deliver(msg_id, item)
-
-    def retire(self, channel: Channel) -> None:
-        """Close a dead worker's channel; in the loop watching it, if one does (it must unwatch first)."""
-        loop = self._loop
-        if loop is not None and self._loop_channel is channel:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._retire_on_loop, channel)
-                return
-        channel.close()
-
-    def _retire_on_loop(self, channel: Channel) -> None:
-        if self._loop_channel is channel:
-            self._unwatch_loop()
-        channel.close()

@@ -109,8 +109,7 @@ class WorkerInstance(Backend):
     @property
     def busy(self) -> int:
         """Requests on this worker: running, queued, and decoupled ones still streaming."""
-        d = self._d
-        return len(d.queue) + len(d.streams) + (d.active is not None) + (d.pipelined is not None)
+        return self.queued + len(self._d.streams) + (self._d.active is not None)
 
     def wait_available(self, timeout_s: float) -> bool:
         d = self._d
