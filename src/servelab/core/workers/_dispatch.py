@@ -42,7 +42,7 @@ from servelab.core.workers._channel import (
     error_from,
 )
 from servelab.core.workers._latch import Latch, settle_on
-from servelab.core.workers._loop_reading import AWAITING, LoopReading, Ticket
+from servelab.core.workers._loop_reading import AWAITING, LoopLoad, LoopReading, Ticket
 from servelab.core.workers._serving import KINDS as CALL_KINDS
 from servelab.core.workers._serving import WorkerCalls
 from servelab.core.workers._sinks import OpenStreams, StreamSink
@@ -105,20 +105,22 @@ class Dispatcher(LoopReading):
         future: asyncio.Future[Executed] = loop.create_future()
         ticket = Ticket(next(self._ids), requests, time.perf_counter_ns(),
                         lambda e: settle_on(loop, future, e), loop=loop)
-        awaiting = AWAITING.get(loop)
-        if awaiting is None:
-            awaiting = AWAITING[loop] = [0]
-        awaiting[0] += 1
+        load = AWAITING.get(loop)
+        if load is None:
+            load = AWAITING[loop] = LoopLoad()
+        load.awaiting += 1
         try:
             self.submit(ticket)
-            if awaiting[0] == 1 and self.reader is ticket and self._loop is loop:
-                self._spin(future)
+            if load.awaiting == 1 and self.spin_ns:
+                load.sample()
+                if self.reader is ticket and self._loop is loop:
+                    self._spin(future, load)
             return await future
         except asyncio.CancelledError:
             ticket.cancelled = True  # a queued one is skipped; a running one's answer is dropped
             raise
         finally:
-            awaiting[0] -= 1
+            load.awaiting -= 1
 
     def open_stream(self, request: StreamRequest, sink: StreamSink) -> None:
         """Run a decoupled request in the worker; every response goes to ``sink``, the last one final."""

@@ -5,7 +5,11 @@ answer itself; the watch stays while the next request's waiter is on the same lo
 sends a request to an idle worker while nothing else waits on it polls the socket for the answer a short
 while (``spin_us``, at most twice the worker's typical answer time) instead of sleeping in its selector:
 on a virtual machine a wake-up costs ~15 us of the sender's CPU plus the sleeper's latency, twice per
-request. Anything else the loop would do waits at most that long.
+request. Anything else the loop would do waits at most that long, and only while the loop looks idle:
+requests that another frontend (grpc.aio) holds before they reach servelab are invisible to the count
+of waiters, so :class:`LoopLoad` also reads how busy the loop's thread is (CPU over wall time, a 20 ms window,
+its spinning left out): a loop that is nearly always working has requests queued somewhere, and the spin stays
+off until it is not.
 """
 
 from __future__ import annotations
@@ -23,10 +27,43 @@ from servelab.core.workers._channel import Channel
 from servelab.core.workers._latch import Latch
 from servelab.core.workers._sinks import StreamSink
 
-__all__ = ["AWAITING", "LoopReading", "Ticket"]
+__all__ = ["AWAITING", "LoopLoad", "LoopReading", "Ticket"]
 
-#: per event loop: [requests awaiting a worker's answer on it, over every worker]
-AWAITING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[int]] = weakref.WeakKeyDictionary()
+#: a loop whose thread was busier than this (CPU over wall time, its spinning left out) has work queued
+BUSY_SHARE = 0.85
+#: how often that share is worked out
+WINDOW_NS = 20_000_000
+
+
+@dataclass(slots=True, eq=False)
+class LoopLoad:
+    """What one event loop is doing, as far as spinning for a worker's answer is concerned."""
+
+    awaiting: int = 0  # requests awaiting a worker's answer on it, over every worker
+    spun_ns: int = 0  # total time this loop spent spinning
+    busy: bool = False  # its thread's CPU share over the last window passed BUSY_SHARE
+    window_wall: int = 0  # when the current window began (perf_counter_ns; 0: none yet)
+    window_cpu: int = 0  # the loop thread's CPU time then
+    window_spun: int = 0  # spun_ns then
+
+    def idle(self) -> bool:
+        return not self.busy
+
+    def sample(self) -> None:
+        """On the loop's thread: once a window, how busy the thread was, the time it spent spinning left out."""
+        now = time.perf_counter_ns()
+        wall = now - self.window_wall
+        if wall < WINDOW_NS:
+            return
+        cpu = time.thread_time_ns()
+        if self.window_wall:
+            spun = self.spun_ns - self.window_spun
+            self.busy = cpu - self.window_cpu - spun > BUSY_SHARE * (wall - spun)
+        self.window_wall, self.window_cpu, self.window_spun = now, cpu, self.spun_ns
+
+
+#: per event loop: its :class:`LoopLoad`
+AWAITING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLoad] = weakref.WeakKeyDictionary()
 
 
 @dataclass(slots=True, eq=False)
@@ -71,16 +108,18 @@ class LoopReading:
     def _on_eof(self, channel: Channel) -> None:
         raise NotImplementedError
 
-    def _spin(self, future: asyncio.Future[Executed]) -> None:
+    def _spin(self, future: asyncio.Future[Executed], load: LoopLoad) -> None:
         """On the loop, alone: poll for the answer of a worker that answers fast (see the module docstring)."""
         budget = min(self.spin_ns, 2 * self.turnaround_ns)
         channel = self._loop_channel
-        if budget <= 0 or self.turnaround_ns > self.spin_ns or channel is None:
+        if budget <= 0 or self.turnaround_ns > self.spin_ns or channel is None or not load.idle():
             return
-        end = time.perf_counter_ns() + budget
+        start = time.perf_counter_ns()
+        end = start + budget
         while not future.done() and self._loop_channel is channel and time.perf_counter_ns() < end:
             if channel.readable(0):
                 self._on_readable()
+        load.spun_ns += time.perf_counter_ns() - start
 
     def _hand_reading(self, ticket: Ticket) -> None:
         if ticket.sink is not None:
