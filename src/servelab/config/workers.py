@@ -26,6 +26,12 @@ class WorkerSettings(BaseModel):
         "awaited by polling the worker's socket for up to this long (and up to twice the worker's typical answer "
         "time) instead of sleeping: neither side then pays a wake-up. 0 turns it off.",
     )
+    worker_spin_us: int = Field(
+        800, ge=0, le=10_000,
+        description="A worker that answered a request sent while the server's event loop looked idle polls its "
+        "socket for the next request for up to this long, while the gaps between requests stay shorter, instead "
+        "of sleeping: the next request then starts without the worker's wake-up. 0 turns it off.",
+    )
     arena_bytes: int = Field(
         8 * 1024 * 1024, ge=1024 * 1024,
         description="Shared memory pre-allocated per worker and direction for tensors (grows when a request needs more).",

@@ -62,9 +62,9 @@ _PARENT_POLL_S = 1.0
 
 
 class _Worker:
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: Channel, spin_us: int = 0) -> None:
         self.channel = channel
-        self.pump = Pump(channel)
+        self.pump = Pump(channel, spin_us)
         self.calls = ServerCalls(channel, self.pump)
         self.backend: Backend | None = None
 
@@ -85,15 +85,18 @@ class _Worker:
         self.backend = backend
 
     def serve(self) -> None:
+        linger = False
         while True:
             try:
-                kind, msg_id, body = self.pump.next_request()
+                kind, msg_id, body = self.pump.next_request(linger)
             except EOFError:
                 return
             if kind == STOP:
                 return
+            linger = False
             if kind == EXECUTE:
-                self._execute(msg_id, body)
+                linger, requests = body
+                self._execute(msg_id, requests)
             elif kind == STREAM:
                 self._stream(msg_id, body)
 
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=spec.get("log_level", logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s[worker %(process)d]: %(message)s")
-    worker = _Worker(channel)
+    worker = _Worker(channel, spec.get("spin_us", 0))
     try:
         worker.load(spec)
     except BaseException as exc:

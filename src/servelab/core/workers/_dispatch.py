@@ -42,7 +42,7 @@ from servelab.core.workers._channel import (
     error_from,
 )
 from servelab.core.workers._latch import Latch, settle_on
-from servelab.core.workers._loop_reading import AWAITING, LoopLoad, LoopReading, Ticket
+from servelab.core.workers._loop_reading import AWAITING, LINGER_ALLOWED, LoopLoad, LoopReading, Ticket
 from servelab.core.workers._serving import KINDS as CALL_KINDS
 from servelab.core.workers._serving import WorkerCalls
 from servelab.core.workers._sinks import OpenStreams, StreamSink
@@ -110,11 +110,13 @@ class Dispatcher(LoopReading):
             load = AWAITING[loop] = LoopLoad()
         load.awaiting += 1
         try:
-            self.submit(ticket)
-            if load.awaiting == 1 and self.spin_ns:
+            alone = load.awaiting == 1 and self.spin_ns
+            if alone:
                 load.sample()
-                if self.reader is ticket and self._loop is loop:
-                    self._spin(future, load)
+                ticket.linger = load.idle() and LINGER_ALLOWED.get()
+            self.submit(ticket)
+            if alone and self.reader is ticket and self._loop is loop:
+                self._spin(future, load)
             return await future
         except asyncio.CancelledError:
             ticket.cancelled = True  # a queued one is skipped; a running one's answer is dropped
@@ -201,14 +203,14 @@ class Dispatcher(LoopReading):
         channel = self.channel
         assert channel is not None
 
-        def body(put: Put) -> list[Any]:
+        def body(put: Put) -> Any:
             if ticket.extras is not None:
                 descriptors: list[Any] = [(put(r), *ticket.extras) for r in ticket.requests]
             else:
                 descriptors = [put(r) for r in ticket.requests]
             ticket.sent_ns = time.perf_counter_ns()
             ticket.input_ns = ticket.sent_ns - ticket.claimed_ns
-            return descriptors
+            return descriptors if ticket.sink is not None else (ticket.linger, descriptors)
 
         try:
             channel.send(STREAM if ticket.sink is not None else EXECUTE, ticket.id, build=body, owner=ticket.id)

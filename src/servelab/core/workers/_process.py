@@ -25,7 +25,7 @@ __all__ = ["exit_text", "handshake", "spawn", "stop", "wait"]
 _SRC = str(Path(__file__).resolve().parents[3])  # the folder holding the servelab package
 
 
-def spawn(target: str, ctx: BackendContext, arena_bytes: int) -> tuple[subprocess.Popen[bytes], Channel]:
+def spawn(target: str, ctx: BackendContext, arena_bytes: int, spin_us: int = 0) -> tuple[subprocess.Popen[bytes], Channel]:
     """Start ``python -m servelab.core.workers`` and send it what to load (``handshake`` waits for it).
 
     The worker gets the server's ``sys.path`` (so it imports what the server could) and its log level;
@@ -48,7 +48,7 @@ def spawn(target: str, ctx: BackendContext, arena_bytes: int) -> tuple[subproces
     spec = {
         "backend": target, "model": ctx.model_name, "version": ctx.version, "version_dir": str(ctx.version_dir),
         "config": ctx.config.SerializeToString(), "threads": ctx.threads, "sys_path": list(sys.path),
-        "log_level": logging.getLogger().getEffectiveLevel(),
+        "log_level": logging.getLogger().getEffectiveLevel(), "spin_us": spin_us,
     }
     with contextlib.suppress(OSError):  # it died at once: the handshake reports how
         channel.send(LOAD, 0, spec)

@@ -126,7 +126,7 @@ class WorkerInstance(Backend):
     # ----- life -----
     def start(self) -> None:
         """Start the worker process and send it what to load (:meth:`load` waits for it)."""
-        self._proc, self._d.channel = spawn(self.target, self.ctx, self.pool.settings.arena_bytes)
+        self._proc, self._d.channel = spawn(self.target, self.ctx, self.pool.settings.arena_bytes, self.pool.settings.worker_spin_us)
 
     def load(self) -> None:
         if self._proc is None:
@@ -340,7 +340,7 @@ class WorkerInstance(Backend):
             if self._closing.wait(delay):
                 return False
             try:
-                proc, channel = spawn(self.target, self.ctx, settings.arena_bytes)
+                proc, channel = spawn(self.target, self.ctx, settings.arena_bytes, settings.worker_spin_us)
                 try:
                     handshake(proc, channel, self.label, settings.start_timeout_s, self._d.serving.handle)
                 except BaseException:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from servelab.core.workers import LINGER_ALLOWED
 from servelab.errors import ErrorCode, ServelabError
 
 __all__ = ["DEFAULT_MAX_ERROR_BYTES", "STATUS_FOR_CODE", "describe", "rpc", "trim_message"]
@@ -74,6 +75,7 @@ def rpc(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext) -> Resp:
+        LINGER_ALLOWED.set(False)  # grpc.aio's poller thread needs the CPU a polling worker would take
         try:
             return await method(self, request, context)
         except grpc.aio.AbortError:

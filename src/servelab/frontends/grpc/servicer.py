@@ -21,6 +21,7 @@ from google.protobuf import json_format
 
 from servelab.config.settings import LimitSettings
 from servelab.core.dataplane import DataPlane
+from servelab.core.workers import LINGER_ALLOWED
 from servelab.errors import InvalidArgument, NotFound
 from servelab.frontends.grpc.codec import decode_infer, decode_plain, encode_response, payload_bytes
 from servelab.frontends.grpc.errors import describe, rpc
@@ -164,6 +165,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Responses in completion order: one per request, any number for a decoupled model's, each with
         ``triton_final_response``; a failed one carries error_message."""
+        LINGER_ALLOWED.set(False)  # as for unary calls (errors.rpc)
         done: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         window = asyncio.Semaphore(self.stream_window)
         running: set[asyncio.Task[None]] = set()

@@ -27,6 +27,7 @@ import orjson
 
 from servelab.config.settings import ServerSettings
 from servelab.core.dataplane import DataPlane
+from servelab.core.workers import LINGER_ALLOWED
 from servelab.errors import ErrorCode, InvalidArgument, ServelabError
 from servelab.frontends.grpc.errors import trim_message
 from servelab.frontends.grpc.metadata import Metadata
@@ -120,6 +121,7 @@ class TorchServeInferenceServicer(ts_pb.inference_pb2_grpc.InferenceAPIsServiceS
 
     @_ts_rpc(prediction=True)
     async def Predictions(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        LINGER_ALLOWED.set(False)  # as for OIP calls (errors.rpc)
         answer, body = await self._answer(request, context)
         if answer is not None:
             if answer.error:
