@@ -29,8 +29,9 @@ class WorkerSettings(BaseModel):
     worker_spin_us: int = Field(
         800, ge=0, le=10_000,
         description="A worker that answered a request sent while the server's event loop looked idle polls its "
-        "socket for the next request for up to this long, while the gaps between requests stay shorter, instead "
-        "of sleeping: the next request then starts without the worker's wake-up. 0 turns it off.",
+        "socket for the next request for up to this long, while the gaps between requests stay shorter, few "
+        "requests find it busy and no thread on the machine waits for a CPU, instead of sleeping: the next "
+        "request then starts without the worker's wake-up. gRPC calls never ask for it. 0 turns it off.",
     )
     arena_bytes: int = Field(
         8 * 1024 * 1024, ge=1024 * 1024,

@@ -3,14 +3,13 @@ carry only descriptors, and BYTES cross in Triton's length-prefixed layout."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import ml_dtypes
 import numpy as np
 import pytest
+from workers_testutil import channel_pair
 
-from servelab.core.workers._arena import ArenaWriter
 from servelab.core.workers._channel import EXECUTE, HEADER_MAX, Channel
 from servelab.errors import InvalidArgument
 
@@ -19,12 +18,8 @@ MIB = 1 << 20
 
 @pytest.fixture
 def pair() -> Iterator[tuple[Channel, Channel]]:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    server = Channel(a, ArenaWriter(MIB, "test-s"), release_acked=False)
-    worker = Channel(b, ArenaWriter(MIB, "test-w"), release_acked=True)
-    yield server, worker
-    server.close()
-    worker.close()
+    with channel_pair(MIB) as ends:
+        yield ends
 
 
 def _send(channel: Channel, msg_id: int, arrays: dict[str, np.ndarray]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,10 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from workers_testutil import EchoBackend, start_worker
+from workers_testutil import EchoBackend, channel_pair, start_worker
 
 from servelab.core.workers import LINGER_ALLOWED
-from servelab.core.workers._arena import ArenaWriter
 from servelab.core.workers._channel import EXECUTE, Channel
 from servelab.core.workers._pump import Pump, RunQueue
 
@@ -29,12 +27,8 @@ MS = 1_000_000
 
 @pytest.fixture
 def pair() -> Iterator[tuple[Channel, Channel]]:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    server = Channel(a, ArenaWriter(MIB, "test-ls"), release_acked=False)
-    worker = Channel(b, ArenaWriter(MIB, "test-lw"), release_acked=True)
-    yield server, worker
-    server.close()
-    worker.close()
+    with channel_pair(MIB) as ends:
+        yield ends
 
 
 def _execute(server: Channel, msg_id: int, linger: bool = True) -> None:

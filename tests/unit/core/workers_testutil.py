@@ -4,7 +4,10 @@ is on the server's sys.path, which the worker inherits)."""
 from __future__ import annotations
 
 import os
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
@@ -13,6 +16,8 @@ import numpy as np
 from servelab.backends.base import Backend, BackendContext, Inputs, Outputs
 from servelab.config.settings import WorkerSettings
 from servelab.core.workers import WorkerInstance, WorkerPool
+from servelab.core.workers._arena import ArenaWriter
+from servelab.core.workers._channel import Channel
 from servelab.errors import InvalidArgument
 from servelab.protocol import model_config_pb2 as mc
 
@@ -83,6 +88,19 @@ def start_worker(
     worker = pool.instance(ctx, cls)
     worker.load()
     return worker
+
+
+@contextmanager
+def channel_pair(arena_bytes: int = 1 << 20) -> Iterator[tuple[Channel, Channel]]:
+    """(server's end, worker's end) of one socket pair with their arenas, in this process."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server = Channel(a, ArenaWriter(arena_bytes, "test-s"), release_acked=False)
+    worker = Channel(b, ArenaWriter(arena_bytes, "test-w"), release_acked=True)
+    try:
+        yield server, worker
+    finally:
+        server.close()
+        worker.close()
 
 
 #: SleepBackend sleeps "forever" on this

@@ -8,7 +8,8 @@ After a request the server flagged ``linger`` (its event loop looked idle when i
 time, CPU to spare), the main thread polls the socket for the next request for up to ``spin_us`` instead
 of sleeping in ``recv``: on a virtual machine the sleeper's wake-up costs tens of microseconds per request.
 It polls only while the typical gap between an answer and the next request (an average of recent gaps)
-is shorter than that budget, so a trickle of requests costs no CPU, and only while no thread on the machine
+is shorter than that budget, so a trickle of requests costs no CPU; while few recent requests were already
+there when it looked (several clients keep it busy without polling); and while no thread on the machine
 waits for a CPU (the kernel's count of runnable threads, ``/proc/loadavg``, at most one per CPU): polling on a
 full machine would take the CPU from the server itself.
 """
@@ -35,7 +36,7 @@ from servelab.core.workers._channel import (
 __all__ = ["Pump"]
 
 _ANSWERS = (CALL_RESULT, QUERY_RESULT)
-#: weight of the newest gap in the average of gaps between an answer and the next request
+#: weight of the newest sample in the moving averages (gap to the next request, share already waiting)
 _GAP_WEIGHT = 0.2
 #: polls of the socket between two looks at the machine's run queue
 _POLLS_PER_LOOK = 8
