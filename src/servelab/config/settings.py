@@ -12,7 +12,7 @@ import json
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
@@ -67,6 +67,11 @@ class ServerSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address to bind; 0.0.0.0 to listen on every interface.")
     http_port: int = Field(8000, ge=0, le=65535, description="OIP REST, TF Serving and TorchServe inference.")
     grpc_port: int = Field(8001, ge=0, le=65535, description="OIP gRPC (inference.GRPCInferenceService).")
+    grpc_door: Literal["grpcio", "h2"] = Field(
+        "grpcio",
+        description="What serves the gRPC port: grpcio (grpc.aio, every method) or h2, the lean HTTP/2 door on the event "
+        "loop (frontends/grpc/h2; unary calls only so far, no TLS; work in progress).",
+    )
     metrics_port: int = Field(8002, ge=0, le=65535, description="Prometheus /metrics.")
     management_port: int = Field(8081, ge=0, le=65535, description="TorchServe-compatible management API.")
     model_control_mode: ControlMode = Field(ControlMode.NONE, description="none | explicit | poll.")

@@ -257,6 +257,9 @@ class Server:
         except ImportError as exc:
             log.warning("gRPC front-end not available (%s): serving REST only", exc)
             return
+        if self.settings.grpc_door == "h2":
+            await self._start_h2()
+            return
         self._grpc = await module.start_grpc_server(
             self.dataplane, self.settings.host, self.settings.grpc_port,
             max_message_bytes=self.settings.limits.max_body_bytes, limits=self.settings.limits,
@@ -273,6 +276,20 @@ class Server:
                 interceptors=grpc_interceptors(self.door), credentials=self._grpc_credentials)
             self._grpc_torchserve.append(server)
             self.ports[name] = int(server.servelab_bound_port)
+
+    async def _start_h2(self) -> None:
+        """The lean HTTP/2 door on the gRPC port (grpc_door h2): unary calls, no TLS, no TorchServe ports yet."""
+        from servelab.frontends.grpc.h2.server import start_h2_server
+
+        if self._grpc_credentials is not None:
+            raise ValueError("grpc_door h2 does not serve TLS yet; use grpc_door grpcio with TLS")
+        self._grpc = await start_h2_server(
+            self.dataplane, self.settings.host, self.settings.grpc_port,
+            max_message_bytes=self.settings.limits.max_body_bytes, limits=self.settings.limits,
+            interceptors=grpc_interceptors(self.door), tfserving=self.tfserving,
+            shared_memory=self.shared_memory, reuse_port=self.member is not None,
+        )
+        self.ports["grpc"] = self._grpc.port
 
     def _announce(self) -> None:
         log.info("servelab listening on %s: %s", self.settings.host,

@@ -75,7 +75,8 @@ def rpc(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext) -> Resp:
-        LINGER_ALLOWED.set(False)  # grpc.aio's poller thread needs the CPU a polling worker would take
+        if not getattr(context, "allows_linger", False):  # the h2 door has no poller thread
+            LINGER_ALLOWED.set(False)  # grpc.aio's poller thread needs the CPU a polling worker would take
         try:
             return await method(self, request, context)
         except grpc.aio.AbortError:
