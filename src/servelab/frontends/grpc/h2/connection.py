@@ -13,7 +13,7 @@ import logging
 import struct
 import time
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import hpack
@@ -83,12 +83,11 @@ class H2Connection(asyncio.Protocol):
 
     # -- connection ----------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        peer = transport.get_extra_info("peername")
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio.Transport subclasses
+        peer = self.transport.get_extra_info("peername")
         self._peer = f"ipv4:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         settings = _SETTING.pack(0x3, self.max_streams) + _SETTING.pack(0x4, _OUR_STREAM_WINDOW)
-        transport.write(f.frame(f.SETTINGS, 0, 0, settings)
+        self.transport.write(f.frame(f.SETTINGS, 0, 0, settings)
                         + f.frame(f.WINDOW_UPDATE, 0, 0, _U32.pack(_MAX_WINDOW - _DEFAULT_WINDOW)))  # fmt: skip
 
     def connection_lost(self, exc: Exception | None) -> None:
