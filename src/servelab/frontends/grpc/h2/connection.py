@@ -209,7 +209,7 @@ class H2Connection(asyncio.Protocol):
         except hpack.HPACKError as exc:
             raise _ConnectionError(0x9, f"header block cannot be decoded: {exc}") from None  # COMPRESSION_ERROR
         if stream.headers is None:
-            stream.headers = decoded
+            stream.headers = [(str(k), str(v)) for k, v in decoded]
             if self._closing or sum(1 for s in self._streams.values() if s.headers is not None) > self.max_streams:
                 self._refuse(stream_id, out)
                 return
@@ -313,10 +313,9 @@ class H2Connection(asyncio.Protocol):
             self._streams.pop(stream_id, None)
             raise
         finally:
-            if self._closing and not any(s.task and not s.task.done() and s.task is not asyncio.current_task()
-                                         for s in self._streams.values()):  # fmt: skip
-                if self.transport is not None and not self._pending:
-                    self.transport.close()
+            others = any(s.task and not s.task.done() and s.task is not asyncio.current_task() for s in self._streams.values())
+            if self._closing and not others and self.transport is not None and not self._pending:
+                self.transport.close()
 
     async def _run(self, stream_id: int, stream: _Stream, path: str, meta: tuple[tuple[str, str], ...],
                    encoding: str, context: CallContext) -> None:  # fmt: skip

@@ -10,9 +10,28 @@ import struct
 from urllib.parse import quote
 
 __all__ = [
-    "CONNECTION_PREFACE", "DATA", "FLAG_ACK", "FLAG_END_HEADERS", "FLAG_END_STREAM", "FLAG_PADDED", "FLAG_PRIORITY",
-    "CONTINUATION", "GOAWAY", "HEADERS", "PING", "PRIORITY", "PUSH_PROMISE", "RESPONSE_HEADERS", "RST_STREAM", "SETTINGS",
-    "WINDOW_UPDATE", "frame", "grpc_message", "literal", "strip_padding", "trailers",
+    "CONNECTION_PREFACE",
+    "CONTINUATION",
+    "DATA",
+    "FLAG_ACK",
+    "FLAG_END_HEADERS",
+    "FLAG_END_STREAM",
+    "FLAG_PADDED",
+    "FLAG_PRIORITY",
+    "GOAWAY",
+    "HEADERS",
+    "PING",
+    "PRIORITY",
+    "PUSH_PROMISE",
+    "RESPONSE_HEADERS",
+    "RST_STREAM",
+    "SETTINGS",
+    "WINDOW_UPDATE",
+    "frame",
+    "grpc_message",
+    "literal",
+    "strip_padding",
+    "trailers",
 ]
 
 CONNECTION_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
