@@ -7,6 +7,7 @@ subprocess (harness.servers) instead.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,12 +58,20 @@ class GrpcTestServer:
 
     def start(self) -> GrpcTestServer:
         self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(
-            start_grpc_server(self.dataplane, "127.0.0.1", 0, max_message_bytes=self.max_message_bytes),
-            self.loop,
-        )
-        self.server = future.result(timeout=30)
-        self.port = bound_port(self.server)
+        if os.environ.get("SERVELAB_GRPC_DOOR") == "h2":  # the suite run against the lean HTTP/2 door
+            from servelab.frontends.grpc.h2.server import start_h2_server
+
+            door = asyncio.run_coroutine_threadsafe(
+                start_h2_server(self.dataplane, "127.0.0.1", 0, max_message_bytes=self.max_message_bytes), self.loop
+            ).result(timeout=30)
+            self.server, self.port = door, door.port  # type: ignore[assignment]
+        else:
+            future = asyncio.run_coroutine_threadsafe(
+                start_grpc_server(self.dataplane, "127.0.0.1", 0, max_message_bytes=self.max_message_bytes),
+                self.loop,
+            )
+            self.server = future.result(timeout=30)
+            self.port = bound_port(self.server)
         wait_grpc_ready(self.address)
         return self
 

@@ -1,6 +1,7 @@
 """The HTTP/2 gRPC door (servelab.frontends.grpc.h2) driven by the stock tritonclient and grpc clients:
 metadata and inference agree with the grpc.aio door, messages larger than every flow-control window go both
-ways, errors keep their status, unknown and streaming methods answer UNIMPLEMENTED, the message limit holds,
+ways, errors keep their status, unknown methods and compressed messages answer UNIMPLEMENTED, ModelStreamInfer
+streams, the message limit holds (unary and streamed),
 concurrent callers each get their own answer, and a client that does not speak HTTP/2 is turned away
 without harm to the others."""
 
@@ -93,17 +94,65 @@ def test_a_servelab_error_keeps_its_status_and_message(door: _Door) -> None:
         assert client.is_server_live()
 
 
-def test_unknown_and_streaming_methods_are_unimplemented(door: _Door) -> None:
+def test_unknown_methods_and_compressed_messages_are_unimplemented(door: _Door) -> None:
     with grpc.insecure_channel(door.address) as channel:
         with pytest.raises(grpc.RpcError) as info:
             channel.unary_unary("/inference.GRPCInferenceService/NoSuchMethod")(b"", timeout=10)
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
         assert "NoSuchMethod" in (info.value.details() or "")
-        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+    with grpc.insecure_channel(door.address, compression=grpc.Compression.Gzip) as channel:
         with pytest.raises(grpc.RpcError) as info:
-            list(stream(iter([b""]), timeout=10))
+            channel.unary_unary("/inference.GRPCInferenceService/ServerLive")(b"\x00" * 64, timeout=10)
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "unary" in (info.value.details() or "")
+        assert "identity" in (info.value.details() or "")
+
+
+def test_a_stream_answers_every_request_in_one_call(door: _Door) -> None:
+    """tritonclient's ModelStreamInfer: many requests on one stream, each answered with its own id and sums,
+    a bad one answered with its error while the stream goes on, and a message larger than the windows."""
+    answers: list[tuple[object, object]] = []
+    done = threading.Event()
+
+    def callback(result: object, error: object) -> None:
+        answers.append((result, error))
+        if len(answers) == 12:
+            done.set()
+
+    big = np.random.default_rng(5).integers(0, 255, size=(1, 2_500_000), dtype=np.uint8)
+    with tc.InferenceServerClient(door.address) as client:
+        client.start_stream(callback=callback)
+        for i in range(10):
+            a = np.full((1, 16), i, dtype=np.int32)
+            client.async_stream_infer("simple", simple_inputs(tc, a, B[:1]), request_id=f"s{i}")
+        client.async_stream_infer("simple", simple_inputs(tc, A[:, :8], B[:, :8]), request_id="bad")
+        client.async_stream_infer("echo_uint8", [infer_input(tc, "INPUT", big)], request_id="big")
+        assert done.wait(30), f"{len(answers)} of 12 answers"
+        client.stop_stream()
+    by_id = {}
+    for result, error in answers:
+        if error is not None:
+            by_id["bad"] = error
+        else:
+            by_id[result.get_response().id] = result  # type: ignore[attr-defined]
+    for i in range(10):
+        np.testing.assert_array_equal(by_id[f"s{i}"].as_numpy("OUTPUT0"), np.full((1, 16), i + 3))  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(by_id["big"].as_numpy("OUTPUT"), big)  # type: ignore[attr-defined]
+    assert "bad" in by_id
+
+
+def test_a_streamed_message_over_the_limit_ends_the_stream(dataplane: DataPlane) -> None:
+    door = _Door(dataplane, max_message_bytes=4096)
+    try:
+        with grpc.insecure_channel(door.address) as channel:
+            stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+            with pytest.raises(grpc.RpcError) as info:
+                list(stream(iter([b"\x0a" + bytes([127]) + b"x" * 127, b"y" * 9000]), timeout=10))
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "4096" in (info.value.details() or "")
+        with tc.InferenceServerClient(door.address) as client:
+            assert client.is_server_live()
+    finally:
+        door.close()
 
 
 def test_message_over_the_limit_is_resource_exhausted(dataplane: DataPlane) -> None:

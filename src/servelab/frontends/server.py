@@ -259,17 +259,17 @@ class Server:
             return
         if self.settings.grpc_door == "h2":
             await self._start_h2()
-            return
-        self._grpc = await module.start_grpc_server(
-            self.dataplane, self.settings.host, self.settings.grpc_port,
-            max_message_bytes=self.settings.limits.max_body_bytes, limits=self.settings.limits,
-            interceptors=grpc_interceptors(self.door),
-            credentials=self._grpc_credentials,
-            tfserving=self.tfserving,
-            shared_memory=self.shared_memory,
-            reuse_port=self.member is not None,
-        )
-        self.ports["grpc"] = int(getattr(self._grpc, "servelab_bound_port", self.settings.grpc_port))
+        else:
+            self._grpc = await module.start_grpc_server(
+                self.dataplane, self.settings.host, self.settings.grpc_port,
+                max_message_bytes=self.settings.limits.max_body_bytes, limits=self.settings.limits,
+                interceptors=grpc_interceptors(self.door),
+                credentials=self._grpc_credentials,
+                tfserving=self.tfserving,
+                shared_memory=self.shared_memory,
+                reuse_port=self.member is not None,
+            )
+            self.ports["grpc"] = int(getattr(self._grpc, "servelab_bound_port", self.settings.grpc_port))
         for name, port in self.settings.torchserve.grpc_ports().items():  # TorchServe's own gRPC ports
             server = await module.start_torchserve_grpc_server(
                 name, self.dataplane, self.settings, port,

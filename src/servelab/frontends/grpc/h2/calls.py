@@ -47,11 +47,18 @@ class MethodTable:
     def __init__(self, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
         self.handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._generic: list[grpc.GenericRpcHandler] = []
+        self._streaming: set[str] = set()
         self.interceptors = tuple(interceptors)
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         for method, handler in handlers.items():
             self.handlers[f"/{service}/{method}"] = handler
+            if handler.request_streaming or handler.response_streaming:
+                self._streaming.add(f"/{service}/{method}")
+
+    def streams(self, path: str) -> bool:
+        """Whether the method at ``path`` streams requests or responses (its call starts at its headers)."""
+        return path in self._streaming
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self._generic.extend(handlers)

@@ -1,9 +1,11 @@
 """One HTTP/2 connection of the gRPC door: frames in, calls dispatched, responses out under flow control.
 
-A call's request is complete at END_STREAM. It then runs as one task: resolve the handler (interceptors
-included), deserialise, await the unary handler, and write the response headers, message and trailers in
-one ``transport.write`` when the peer's windows allow, or as the peer's WINDOW_UPDATEs open them.
-Protocol errors end the connection with GOAWAY; a call's errors end that call with its grpc-status.
+Each call runs as one task (``dispatch.run_call``). A unary call starts when its request is complete and
+writes its response headers, message and trailers in one ``transport.write`` when the peer's windows
+allow, or as the peer's WINDOW_UPDATEs open them. A streaming call starts at its headers; its request
+messages reach it through the stream's inbox, and its responses go out as it yields them, in order,
+under the same flow control. Protocol errors end the connection with GOAWAY; a call's errors end that
+call with its grpc-status.
 """
 
 from __future__ import annotations
@@ -11,16 +13,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import time
 from collections import deque
 from typing import Any, cast
 
 import grpc
 import hpack
 
-from servelab.frontends.grpc.errors import describe
 from servelab.frontends.grpc.h2 import frames as f
-from servelab.frontends.grpc.h2.calls import CallContext, CallDetails, MethodTable, parse_timeout
+from servelab.frontends.grpc.h2.calls import MethodTable
+from servelab.frontends.grpc.h2.dispatch import Refused, run_call
 
 __all__ = ["H2Connection"]
 
@@ -33,13 +34,13 @@ _OUR_STREAM_WINDOW = 1 << 20
 _DEFAULT_WINDOW = 65535
 # error codes (RFC 9113 7)
 _PROTOCOL_ERROR, _FLOW_CONTROL_ERROR, _FRAME_SIZE_ERROR, _REFUSED_STREAM, _CANCEL = 0x1, 0x3, 0x6, 0x7, 0x8
-_STATUS = {c.value[0]: c for c in grpc.StatusCode}
-#: request headers that are transport, not call metadata
-_TRANSPORT_HEADERS = frozenset({"te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "user-agent"})
+#: a streaming call's messages that may wait in its inbox before the client's window stays shut
+_INBOX_MESSAGES = 16
 
 
 class _Stream:
-    __slots__ = ("block", "chunks", "consumed", "ended", "headers", "received", "task")
+    __slots__ = ("block", "chunks", "consumed", "ended", "headers", "inbox", "overflow", "partial", "received",
+                 "sent_headers", "task")  # fmt: skip
 
     def __init__(self) -> None:
         self.block: list[bytes] = []  # header block fragments until END_HEADERS
@@ -49,6 +50,11 @@ class _Stream:
         self.consumed = 0
         self.ended = False
         self.task: asyncio.Task[None] | None = None
+        # streaming calls only: (compressed flag, message) items, then None at END_STREAM
+        self.inbox: asyncio.Queue[tuple[int, bytes] | Refused | None] | None = None
+        self.partial = bytearray()  # the bytes of a message not yet complete
+        self.overflow: Refused | None = None  # a message went over the limit: the call ends with this
+        self.sent_headers = False
 
 
 class _ConnectionError(Exception):
@@ -77,15 +83,17 @@ class H2Connection(asyncio.Protocol):
         self._peer_stream_window = _DEFAULT_WINDOW
         self._peer_max_frame = 16384
         self._stream_windows: dict[int, int] = {}
-        self._pending: deque[tuple[int, memoryview, bytes]] = deque()  # (stream, data left, trailers) held by flow control
-        self._peer = ""
+        # per stream, in order: (data left, trailers that end the call or None) held by flow control
+        self._pending: dict[int, deque[tuple[memoryview, bytes | None]]] = {}
+        self._drains: dict[int, asyncio.Future[None]] = {}
+        self.peer = ""
         self._closing = False
 
     # -- connection ----------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio.Transport subclasses
         peer = self.transport.get_extra_info("peername")
-        self._peer = f"ipv4:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer = f"ipv4:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         settings = _SETTING.pack(0x3, self.max_streams) + _SETTING.pack(0x4, _OUR_STREAM_WINDOW)
         self.transport.write(f.frame(f.SETTINGS, 0, 0, settings)
                         + f.frame(f.WINDOW_UPDATE, 0, 0, _U32.pack(_MAX_WINDOW - _DEFAULT_WINDOW)))  # fmt: skip
@@ -96,6 +104,8 @@ class H2Connection(asyncio.Protocol):
                 stream.task.cancel()
         self._streams.clear()
         self._pending.clear()
+        for drain in self._drains.values():
+            drain.cancel()
 
     def close(self, last_error: int = 0) -> None:
         """GOAWAY, then close once the calls under way have answered (at once when there are none)."""
@@ -168,6 +178,7 @@ class H2Connection(asyncio.Protocol):
         elif kind == f.RST_STREAM:
             stream = self._streams.pop(stream_id, None)
             self._stream_windows.pop(stream_id, None)
+            self._pending.pop(stream_id, None)
             if stream is not None and stream.task is not None:
                 stream.task.cancel()
         elif kind == f.GOAWAY:
@@ -213,9 +224,15 @@ class H2Connection(asyncio.Protocol):
             if self._closing or sum(1 for s in self._streams.values() if s.headers is not None) > self.max_streams:
                 self._refuse(stream_id, out)
                 return
+            if self.table.streams(next((v for k, v in stream.headers if k == ":path"), "")):
+                stream.inbox = asyncio.Queue()
+                self._start(stream_id, stream)
         # a second block is the request's trailers: nothing in them is used
         if stream.ended:
-            self._start(stream_id, stream)
+            if stream.inbox is not None:
+                self._end_inbox(stream)
+            else:
+                self._start(stream_id, stream)
 
     def _data(self, flags: int, stream_id: int, payload: bytes, out: list[bytes]) -> None:
         self._consumed += len(payload)
@@ -226,6 +243,9 @@ class H2Connection(asyncio.Protocol):
             data = f.strip_padding(flags, payload)
         except ValueError as exc:
             raise _ConnectionError(_PROTOCOL_ERROR, str(exc)) from None
+        if stream.inbox is not None:
+            self._stream_data(stream_id, stream, flags, data, len(payload), out)
+            return
         stream.received += len(data)
         stream.consumed += len(payload)
         if stream.received <= self.max_message_bytes + 5:
@@ -236,6 +256,40 @@ class H2Connection(asyncio.Protocol):
         elif stream.consumed > _OUR_STREAM_WINDOW // 2:
             out.append(f.frame(f.WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.consumed)))
             stream.consumed = 0
+
+    def _stream_data(self, stream_id: int, stream: _Stream, flags: int, data: bytes, size: int, out: list[bytes]) -> None:
+        """A streaming call's DATA: each complete message into its inbox, the window reopened while few wait."""
+        inbox = stream.inbox
+        assert inbox is not None
+        stream.consumed += size
+        if stream.overflow is None:
+            buf = stream.partial
+            buf += data
+            while len(buf) >= 5:
+                length = int.from_bytes(buf[1:5], "big")
+                if length > self.max_message_bytes:
+                    stream.overflow = Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                              f"received message of {length} bytes, over the limit of {self.max_message_bytes}")  # fmt: skip
+                    inbox.put_nowait(stream.overflow)
+                    buf.clear()
+                    break
+                if len(buf) < 5 + length:
+                    break
+                inbox.put_nowait((buf[0], bytes(buf[5: 5 + length])))
+                del buf[: 5 + length]
+        if flags & f.FLAG_END_STREAM:
+            stream.ended = True
+            self._end_inbox(stream)
+        elif stream.consumed > _OUR_STREAM_WINDOW // 2 and (inbox.qsize() < _INBOX_MESSAGES or stream.overflow):
+            out.append(f.frame(f.WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.consumed)))
+            stream.consumed = 0
+
+    @staticmethod
+    def _end_inbox(stream: _Stream) -> None:
+        assert stream.inbox is not None
+        if stream.partial and stream.overflow is None:
+            stream.inbox.put_nowait(Refused(grpc.StatusCode.INTERNAL, "the request stream ended inside a message"))
+        stream.inbox.put_nowait(None)
 
     def _settings(self, payload: bytes) -> None:
         if len(payload) % 6:
@@ -268,7 +322,7 @@ class H2Connection(asyncio.Protocol):
         self._flush()
 
     def _fail(self, exc: _ConnectionError) -> None:
-        log.info("gRPC connection from %s closed: %s", self._peer, exc)
+        log.info("gRPC connection from %s closed: %s", self.peer, exc)
         if self.transport is not None:
             self.transport.write(f.frame(f.GOAWAY, 0, 0, _U32.pack(self._last_stream) + _U32.pack(exc.code) + str(exc).encode()))
             self.transport.close()
@@ -280,92 +334,37 @@ class H2Connection(asyncio.Protocol):
     # -- calls -----------------------------------------------------------------------------------------------
     def _start(self, stream_id: int, stream: _Stream) -> None:
         self._stream_windows[stream_id] = self._peer_stream_window
-        stream.task = asyncio.get_running_loop().create_task(self._call(stream_id, stream))
+        stream.task = asyncio.get_running_loop().create_task(run_call(self, stream_id, stream))
 
-    async def _call(self, stream_id: int, stream: _Stream) -> None:
-        headers = stream.headers or []
-        path, metadata, timeout, encoding = "", [], None, ""
-        for key, value in headers:
-            if key == ":path":
-                path = value
-            elif key == "grpc-timeout":
-                timeout = value
-            elif key == "grpc-encoding":
-                encoding = value
-            elif key[0] != ":" and key not in _TRANSPORT_HEADERS:
-                metadata.append((key, value))
-        meta = tuple(metadata)
-        try:
-            deadline = None if timeout is None else time.monotonic() + parse_timeout(timeout)
-        except ValueError as exc:
-            self._answer(stream_id, None, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            return
-        context = CallContext(meta, self._peer, deadline)
-        try:
-            if deadline is None:
-                await self._run(stream_id, stream, path, meta, encoding, context)
-            else:
-                async with asyncio.timeout_at(asyncio.get_running_loop().time() + (deadline - time.monotonic())):
-                    await self._run(stream_id, stream, path, meta, encoding, context)
-        except TimeoutError:
-            self._answer(stream_id, None, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
-        except asyncio.CancelledError:
-            self._streams.pop(stream_id, None)
-            raise
-        finally:
-            others = any(s.task and not s.task.done() and s.task is not asyncio.current_task() for s in self._streams.values())
-            if self._closing and not others and self.transport is not None and not self._pending:
-                self.transport.close()
+    def forget(self, stream_id: int) -> None:
+        """A call's task was cancelled: nothing more is sent for it."""
+        self._streams.pop(stream_id, None)
+        self._stream_windows.pop(stream_id, None)
+        self._pending.pop(stream_id, None)
 
-    async def _run(self, stream_id: int, stream: _Stream, path: str, meta: tuple[tuple[str, str], ...],
-                   encoding: str, context: CallContext) -> None:  # fmt: skip
-        handler = await self.table.resolve(CallDetails(path, meta))
-        if handler is None:
-            self._answer(stream_id, None, grpc.StatusCode.UNIMPLEMENTED, f"method {path} is not served here")
-            return
-        if handler.request_streaming or handler.response_streaming:
-            self._answer(stream_id, None, grpc.StatusCode.UNIMPLEMENTED,
-                         f"{path} streams; this door serves unary calls (the grpc.aio door serves streams)")  # fmt: skip
-            return
-        body = b"".join(stream.chunks)
-        stream.chunks = []
-        if stream.received > self.max_message_bytes + 5:
-            self._answer(stream_id, None, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                         f"received message of {stream.received - 5} bytes, over the limit of {self.max_message_bytes}")  # fmt: skip
-            return
-        if len(body) < 5 or int.from_bytes(body[1:5], "big") != len(body) - 5:
-            self._answer(stream_id, None, grpc.StatusCode.INTERNAL,
-                         "a unary call carries exactly one length-prefixed message")  # fmt: skip
-            return
-        if body[0]:
-            self._answer(stream_id, None, grpc.StatusCode.UNIMPLEMENTED,
-                         f"compressed messages ({encoding or 'unnamed'}) are not served; send identity encoding")  # fmt: skip
-            return
-        try:
-            request = handler.request_deserializer(body[5:]) if handler.request_deserializer else body[5:]
-            response = await handler.unary_unary(request, context)
-            if context.code() not in (None, grpc.StatusCode.OK):
-                self._answer(stream_id, None, context.code(), context.details(), context.trailing_metadata())
-                return
-            raw = handler.response_serializer(response) if handler.response_serializer else response
-        except grpc.aio.AbortError:
-            code = context.code() or grpc.StatusCode.UNKNOWN
-            self._answer(stream_id, None, code, context.details(), context.trailing_metadata())
-            return
-        except Exception as exc:  # a handler without the errors.rpc wrapper
-            code, message = describe(exc, path)
-            self._answer(stream_id, None, code, message)
-            return
-        self._answer(stream_id, raw, grpc.StatusCode.OK, "", context.trailing_metadata())
+    def call_ended(self) -> None:
+        """A call's task is ending: a closing connection closes once nothing is left to answer or send."""
+        me = asyncio.current_task()
+        others = any(s.task and not s.task.done() and s.task is not me for s in self._streams.values())
+        if self._closing and not others and self.transport is not None and not self._pending:
+            self.transport.close()
 
-    def _answer(self, stream_id: int, message: bytes | None, code: Any, details: str,
-                trailing: tuple[tuple[str, str], ...] = ()) -> None:  # fmt: skip
-        """Write a call's response: headers, the message (when there is one) and trailers."""
+    def credit(self, stream_id: int, stream: _Stream) -> None:
+        """A streaming call took a message from its inbox: reopen the client's window once few are waiting."""
+        assert stream.inbox is not None
+        if stream.consumed and stream.inbox.qsize() < _INBOX_MESSAGES and self.transport is not None \
+                and stream_id in self._streams:  # fmt: skip
+            self.transport.write(f.frame(f.WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.consumed)))
+            stream.consumed = 0
+
+    # -- responses ---------------------------------------------------------------------------------------------
+    def answer(self, stream_id: int, message: bytes | None, code: Any, details: str,
+               trailing: tuple[tuple[str, str], ...] = ()) -> None:  # fmt: skip
+        """A unary call's whole response: headers, the message (when there is one) and trailers, in one write."""
         if self.transport is None or self._streams.pop(stream_id, None) is None:
             self._stream_windows.pop(stream_id, None)
             return  # reset or gone
-        status = int(code.value[0])
-        end = f.trailers(status, details, trailing)
+        end = f.trailers(int(code.value[0]), details, trailing)
         if message is None:  # trailers-only
             self._stream_windows.pop(stream_id, None)
             self.transport.write(f.frame(f.HEADERS, f.FLAG_END_HEADERS | f.FLAG_END_STREAM, stream_id,
@@ -381,34 +380,88 @@ class H2Connection(asyncio.Protocol):
                                  + f.frame(f.HEADERS, f.FLAG_END_HEADERS | f.FLAG_END_STREAM, stream_id, end))  # fmt: skip
             return
         self.transport.write(f.frame(f.HEADERS, f.FLAG_END_HEADERS, stream_id, f.RESPONSE_HEADERS))
-        self._pending.append((stream_id, memoryview(data), end))
+        self._pending[stream_id] = deque([(memoryview(data), end)])
         self._flush()
 
+    def send(self, stream_id: int, message: bytes) -> bool:
+        """One response message of a streaming call (its headers first); True when flow control holds some back."""
+        stream = self._streams.get(stream_id)
+        if self.transport is None or stream is None:
+            raise asyncio.CancelledError  # the client reset the call or went away
+        head = b""
+        if not stream.sent_headers:
+            stream.sent_headers = True
+            head = f.frame(f.HEADERS, f.FLAG_END_HEADERS, stream_id, f.RESPONSE_HEADERS)
+        data = f.grpc_message(message)
+        window = self._stream_windows.get(stream_id, 0)
+        if len(data) <= min(window, self._send_window, self._peer_max_frame) and stream_id not in self._pending:
+            self._send_window -= len(data)
+            self._stream_windows[stream_id] = window - len(data)
+            self.transport.write(head + f.frame(f.DATA, 0, stream_id, data))
+            return False
+        if head:
+            self.transport.write(head)
+        self._pending.setdefault(stream_id, deque()).append((memoryview(data), None))
+        self._flush()
+        return stream_id in self._pending
+
+    async def drained(self, stream_id: int) -> None:
+        """Wait until flow control has sent everything a streaming call queued."""
+        if stream_id in self._pending:
+            future = self._drains[stream_id] = asyncio.get_running_loop().create_future()
+            try:
+                await future
+            finally:
+                self._drains.pop(stream_id, None)
+
+    def finish(self, stream_id: int, code: Any, details: str, trailing: tuple[tuple[str, str], ...] = ()) -> None:
+        """End a streaming call with its status, after the messages flow control still holds."""
+        stream = self._streams.get(stream_id)
+        if self.transport is None or stream is None:
+            return
+        if not stream.sent_headers:
+            self.answer(stream_id, None, code, details, trailing)
+            return
+        self._streams.pop(stream_id, None)
+        end = f.trailers(int(code.value[0]), details, trailing)
+        if stream_id in self._pending:
+            self._pending[stream_id].append((memoryview(b""), end))
+            return
+        self._stream_windows.pop(stream_id, None)
+        self.transport.write(f.frame(f.HEADERS, f.FLAG_END_HEADERS | f.FLAG_END_STREAM, stream_id, end))
+
     def _flush(self) -> None:
-        """Send what flow control held back, as far as the windows now allow, in order."""
+        """Send what flow control held back, stream by stream in order, as far as the windows now allow."""
         if self.transport is None:
             return
         out: list[bytes] = []
-        while self._pending and self._send_window > 0:
-            stream_id, left, end = self._pending[0]
+        for stream_id in list(self._pending):
+            if self._send_window <= 0:
+                break
+            queue = self._pending[stream_id]
             window = self._stream_windows.get(stream_id, 0)
-            while left and window > 0 and self._send_window > 0:
-                size = min(len(left), window, self._send_window, self._peer_max_frame)
-                out.append(f.frame(f.DATA, 0, stream_id, bytes(left[:size])))
-                left = left[size:]
-                window -= size
-                self._send_window -= size
+            while queue:
+                left, end = queue[0]
+                while left and window > 0 and self._send_window > 0:
+                    size = min(len(left), window, self._send_window, self._peer_max_frame)
+                    out.append(f.frame(f.DATA, 0, stream_id, bytes(left[:size])))
+                    left = left[size:]
+                    window -= size
+                    self._send_window -= size
+                if left:
+                    queue[0] = (left, end)
+                    break
+                queue.popleft()
+                if end is not None:
+                    out.append(f.frame(f.HEADERS, f.FLAG_END_HEADERS | f.FLAG_END_STREAM, stream_id, end))
             self._stream_windows[stream_id] = window
-            if left:
-                self._pending[0] = (stream_id, left, end)
-                if window <= 0:
-                    self._pending.rotate(-1)  # another stream may still have window
-                    if all(self._stream_windows.get(s, 0) <= 0 for s, _, _ in self._pending):
-                        break
-                continue
-            self._pending.popleft()
-            self._stream_windows.pop(stream_id, None)
-            out.append(f.frame(f.HEADERS, f.FLAG_END_HEADERS | f.FLAG_END_STREAM, stream_id, end))
+            if not queue:
+                del self._pending[stream_id]
+                if end is not None:
+                    self._stream_windows.pop(stream_id, None)
+                drain = self._drains.get(stream_id)
+                if drain is not None and not drain.done():
+                    drain.set_result(None)
         if out:
             self.transport.write(b"".join(out))
         if self._closing and not self._pending and not any(s.task and not s.task.done() for s in self._streams.values()):

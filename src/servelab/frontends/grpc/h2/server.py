@@ -1,7 +1,7 @@
 """Start the HTTP/2 door: the same services and interceptors as ``start_grpc_server``, on asyncio directly.
 
 ``server = await start_h2_server(dataplane, "127.0.0.1", 0)``; ``server.port`` is the port bound;
-``await server.stop(grace_s)`` sends GOAWAY to every connection and closes them after ``grace_s``.
+``await server.stop(grace)`` (as grpc.aio.Server.stop) sends GOAWAY to every connection and closes them after ``grace`` seconds.
 Unary calls only so far: a streaming method answers UNIMPLEMENTED (the grpc.aio door serves streams).
 """
 
@@ -37,13 +37,13 @@ class H2Server:
         self._connections = connections
         self.port = int(server.sockets[0].getsockname()[1])
 
-    async def stop(self, grace_s: float | None = None) -> None:
+    async def stop(self, grace: float | None = None) -> None:
         self._server.close()
         for connection in list(self._connections):
             connection.close()
-        if grace_s:
+        if grace:
             await asyncio.sleep(0)
-            deadline = asyncio.get_running_loop().time() + grace_s
+            deadline = asyncio.get_running_loop().time() + grace
             while any(c.transport and not c.transport.is_closing() for c in self._connections):
                 if asyncio.get_running_loop().time() >= deadline:
                     break
