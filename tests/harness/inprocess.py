@@ -58,7 +58,7 @@ class GrpcTestServer:
 
     def start(self) -> GrpcTestServer:
         self._thread.start()
-        if os.environ.get("SERVELAB_GRPC_DOOR") == "h2":  # the suite run against the lean HTTP/2 door
+        if os.environ.get("SERVELAB_GRPC_DOOR", "h2") == "h2":  # the default door; SERVELAB_GRPC_DOOR=grpcio for the other
             from servelab.frontends.grpc.h2.server import start_h2_server
 
             door = asyncio.run_coroutine_threadsafe(

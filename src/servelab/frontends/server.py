@@ -35,7 +35,13 @@ from servelab.core.dataplane import DataPlane
 from servelab.core.records import ModelState
 from servelab.core.registry import ModelRegistry
 from servelab.core.workers import WorkerPool
-from servelab.frontends.auth import build_door, grpc_interceptors, grpc_server_credentials, http_ssl_options
+from servelab.frontends.auth import (
+    build_door,
+    grpc_interceptors,
+    grpc_server_credentials,
+    grpc_ssl_context,
+    http_ssl_options,
+)
 from servelab.frontends.http_protocol import bounded_protocol
 from servelab.frontends.process_group import (
     GroupMember,
@@ -278,16 +284,15 @@ class Server:
             self.ports[name] = int(server.servelab_bound_port)
 
     async def _start_h2(self) -> None:
-        """The lean HTTP/2 door on the gRPC port (grpc_door h2): unary calls, no TLS, no TorchServe ports yet."""
+        """The lean HTTP/2 door on the gRPC port (grpc_door h2), with the same TLS as grpcio would have."""
         from servelab.frontends.grpc.h2.server import start_h2_server
 
-        if self._grpc_credentials is not None:
-            raise ValueError("grpc_door h2 does not serve TLS yet; use grpc_door grpcio with TLS")
         self._grpc = await start_h2_server(
             self.dataplane, self.settings.host, self.settings.grpc_port,
             max_message_bytes=self.settings.limits.max_body_bytes, limits=self.settings.limits,
             interceptors=grpc_interceptors(self.door), tfserving=self.tfserving,
             shared_memory=self.shared_memory, reuse_port=self.member is not None,
+            ssl=grpc_ssl_context(self.settings.tls),
         )
         self.ports["grpc"] = self._grpc.port
 

@@ -13,7 +13,7 @@ from servelab.frontends.auth.interceptor import DoorInterceptor, grpc_intercepto
 from servelab.frontends.auth.keys import AuthSetupError, Keys, load_keys
 from servelab.frontends.auth.rest import check_scope, guard_routes, route_requirement
 from servelab.frontends.auth.routes import GRPC_METHODS, LEVEL, REST_ROUTES, Level, UnclassifiedRoute
-from servelab.frontends.auth.tls import grpc_server_credentials, http_ssl_options
+from servelab.frontends.auth.tls import grpc_server_credentials, grpc_ssl_context, http_ssl_options
 
 __all__ = [
     "GRPC_METHODS",
@@ -31,6 +31,7 @@ __all__ = [
     "check_scope",
     "grpc_interceptors",
     "grpc_server_credentials",
+    "grpc_ssl_context",
     "guard_routes",
     "http_ssl_options",
     "is_loopback",

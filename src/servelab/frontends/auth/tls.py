@@ -18,7 +18,7 @@ import grpc
 from servelab.config.settings import TlsSettings
 from servelab.frontends.auth.keys import AuthSetupError
 
-__all__ = ["grpc_server_credentials", "http_ssl_options"]
+__all__ = ["grpc_server_credentials", "grpc_ssl_context", "http_ssl_options"]
 
 
 def http_ssl_options(tls: TlsSettings) -> dict[str, Any]:
@@ -60,6 +60,20 @@ def grpc_server_credentials(tls: TlsSettings) -> grpc.ServerCredentials | None:
         root = _pem(tls.grpc_root_cert, "--grpc-root-cert", b"CERTIFICATE")
     _check_pair(tls.grpc_server_cert, tls.grpc_server_key)
     return grpc.ssl_server_credentials([(key, chain)], root_certificates=root, require_client_auth=root is not None)
+
+
+def grpc_ssl_context(tls: TlsSettings) -> ssl.SSLContext | None:
+    """The same gRPC TLS as an ``ssl.SSLContext`` for the HTTP/2 door (ALPN ``h2``), or ``None`` for plain text."""
+    if grpc_server_credentials(tls) is None:  # checks every file as for grpcio
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(tls.grpc_server_cert), str(tls.grpc_server_key))
+    if tls.grpc_use_ssl_mutual:
+        context.load_verify_locations(str(tls.grpc_root_cert))
+        context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(["h2"])  # gRPC clients insist on it
+    return context
 
 
 def _pem(path: Path, flag: str, kind: bytes) -> bytes:

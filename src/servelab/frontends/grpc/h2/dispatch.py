@@ -12,18 +12,42 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
 
 from servelab.frontends.grpc.errors import describe
-from servelab.frontends.grpc.h2.calls import CallContext, CallDetails, parse_timeout
-
-if TYPE_CHECKING:
-    from servelab.frontends.grpc.h2.connection import H2Connection, _Stream
+from servelab.frontends.grpc.h2.calls import CallContext, CallDetails, MethodTable, parse_timeout
 
 __all__ = ["Refused", "run_call"]
+
+
+class _Stream(Protocol):
+    """What a call reads of its stream (connection._Stream)."""
+
+    headers: list[tuple[str, str]] | None
+    chunks: list[bytes]
+    received: int
+    inbox: asyncio.Queue[Any] | None
+    overflow: Refused | None
+
+
+class H2Connection(Protocol):
+    """What a call uses of its connection (connection.H2Connection)."""
+
+    table: MethodTable
+    peer: str
+    max_message_bytes: int
+
+    def answer(self, stream_id: int, message: bytes | None, code: Any, details: str,
+               trailing: tuple[tuple[str, str], ...] = ()) -> None: ...  # fmt: skip
+    def send(self, stream_id: int, message: bytes) -> bool: ...
+    async def drained(self, stream_id: int) -> None: ...
+    def finish(self, stream_id: int, code: Any, details: str, trailing: tuple[tuple[str, str], ...] = ()) -> None: ...
+    def forget(self, stream_id: int) -> None: ...
+    def call_ended(self) -> None: ...
+    def credit(self, stream_id: int, stream: Any) -> None: ...
 
 #: request headers that are transport, not call metadata
 _TRANSPORT_HEADERS = frozenset({"te", "content-type", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "user-agent"})

@@ -2,7 +2,7 @@
 
 ``server = await start_h2_server(dataplane, "127.0.0.1", 0)``; ``server.port`` is the port bound;
 ``await server.stop(grace)`` (as grpc.aio.Server.stop) sends GOAWAY to every connection and closes them after ``grace`` seconds.
-Unary calls only so far: a streaming method answers UNIMPLEMENTED (the grpc.aio door serves streams).
+``ssl`` (an SSLContext with ALPN h2, ``auth.tls.grpc_ssl_context``) serves TLS.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Sequence
+from ssl import SSLContext
 
 import grpc.aio
 
@@ -65,6 +66,7 @@ async def start_h2_server(
     tfserving: TfServingRepository | None = None,
     shared_memory: SharedMemory | None = None,
     reuse_port: bool = False,
+    ssl: SSLContext | None = None,
 ) -> H2Server:
     """Bind ``host:port`` (0 picks a free port) and serve the gRPC services there. OSError when it cannot bind."""
     if max_message_bytes <= 0:
@@ -86,7 +88,7 @@ async def start_h2_server(
         return connection
 
     server = await asyncio.get_running_loop().create_server(
-        protocol, host, port, reuse_port=reuse_port or None, family=socket.AF_UNSPEC)
+        protocol, host, port, reuse_port=reuse_port or None, family=socket.AF_UNSPEC, ssl=ssl)
     return H2Server(server, connections)
 
 
@@ -99,7 +101,9 @@ class _Tracked(H2Connection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._connections.add(self)
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
