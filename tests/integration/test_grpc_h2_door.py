@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from harness.clients import infer_input, simple_inputs
 from harness.inprocess import make_dataplane, running_grpc_server
+from harness.servers import running_server
 from servelab.core.dataplane import DataPlane
 from servelab.frontends.grpc.h2.server import H2Server, start_h2_server
 
@@ -197,3 +198,27 @@ def test_a_client_that_does_not_speak_http2_is_turned_away(door: _Door) -> None:
     assert kinds[-1] == 7 and b"HTTP/2" in reply  # GOAWAY, saying why
     with tc.InferenceServerClient(door.address) as client:
         assert client.is_server_live()
+
+
+@pytest.mark.parametrize("door_flag", ["h2", "grpcio"])
+def test_servelab_serve_serves_either_door(door_flag: str, test_repository: Path, tmp_path: Path) -> None:
+    """Through ``servelab serve`` (uvloop): both doors answer unary and streaming calls alike; only grpcio
+    takes gzip-compressed messages, and h2 says what to send instead."""
+    with running_server(test_repository, tmp_path, door_flag, "--grpc-door", door_flag, "--load-model", "simple",
+                        "--model-control-mode", "explicit") as server, \
+            tc.InferenceServerClient(server.grpc_address) as client:  # fmt: skip
+        np.testing.assert_array_equal(client.infer("simple", simple_inputs(tc, A, B)).as_numpy("OUTPUT0"), A + B)
+        answers: list[object] = []
+        client.start_stream(callback=lambda result, error: answers.append(error or result))
+        for _ in range(3):
+            client.async_stream_infer("simple", simple_inputs(tc, A, B))
+        client.stop_stream()  # waits for the answers
+        assert len(answers) == 3 and all(not isinstance(a, InferenceServerException) for a in answers), answers
+        if door_flag == "grpcio":
+            got = client.infer("simple", simple_inputs(tc, A, B), compression_algorithm="gzip")
+            np.testing.assert_array_equal(got.as_numpy("OUTPUT1"), A - B)
+        else:
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("simple", simple_inputs(tc, A, B), compression_algorithm="gzip")
+            assert info.value.status() == "StatusCode.UNIMPLEMENTED" and "identity" in info.value.message()
+            assert client.is_server_live()

@@ -92,6 +92,7 @@ def serve(
     http_keep_alive_timeout_s: Annotated[int | None, typer.Option("--http-keep-alive-timeout-s", help="Idle keep-alive seconds [30].")] = None,
     http_max_connections: Annotated[int | None, typer.Option("--http-max-connections", help="Open connections per HTTP port; 503 past it [1000].")] = None,
     http_max_header_bytes: Annotated[int | None, typer.Option("--http-max-header-bytes", help="Request line + headers; 431 past it [64 KiB].")] = None,
+    grpc_door: Annotated[str | None, typer.Option("--grpc-door", help="h2 | grpcio: what serves the gRPC port; grpcio also takes gzip-compressed messages [h2].")] = None,
     grpc_max_concurrent_streams: Annotated[int | None, typer.Option("--grpc-max-concurrent-streams", help="Concurrent gRPC calls per connection [1000].")] = None,
     grpc_max_error_bytes: Annotated[int | None, typer.Option("--grpc-max-error-bytes", help="Longest gRPC error message [2048].")] = None,
     tfserving_config: Annotated[Path | None, typer.Option("--tfserving-config", "--model_config_file", help="Serve a TF Serving ModelServerConfig (models.config) instead of a repository.")] = None,
@@ -117,6 +118,7 @@ def serve(
         flags = dict(
             http_port=http_port,
             grpc_port=grpc_port,
+            grpc_door=grpc_door,
             metrics_port=metrics_port,
             management_port=management_port,
             host=host,
