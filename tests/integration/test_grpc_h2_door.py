@@ -1,7 +1,7 @@
 """The HTTP/2 gRPC door (servelab.frontends.grpc.h2) driven by the stock tritonclient and grpc clients:
 metadata and inference agree with the grpc.aio door, messages larger than every flow-control window go both
-ways, errors keep their status, unknown methods and compressed messages answer UNIMPLEMENTED, ModelStreamInfer
-streams, the message limit holds (unary and streamed),
+ways, errors keep their status, unknown methods answer UNIMPLEMENTED, gzip and deflate messages are inflated
+(within the message limit), ModelStreamInfer streams, the message limit holds (unary and streamed),
 concurrent callers each get their own answer, and a client that does not speak HTTP/2 is turned away
 without harm to the others."""
 
@@ -95,17 +95,47 @@ def test_a_servelab_error_keeps_its_status_and_message(door: _Door) -> None:
         assert client.is_server_live()
 
 
-def test_unknown_methods_and_compressed_messages_are_unimplemented(door: _Door) -> None:
+def test_unknown_methods_are_unimplemented(door: _Door) -> None:
     with grpc.insecure_channel(door.address) as channel:
         with pytest.raises(grpc.RpcError) as info:
             channel.unary_unary("/inference.GRPCInferenceService/NoSuchMethod")(b"", timeout=10)
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
         assert "NoSuchMethod" in (info.value.details() or "")
-    with grpc.insecure_channel(door.address, compression=grpc.Compression.Gzip) as channel:
-        with pytest.raises(grpc.RpcError) as info:
-            channel.unary_unary("/inference.GRPCInferenceService/ServerLive")(b"\x00" * 64, timeout=10)
-        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "identity" in (info.value.details() or "")
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_are_inflated_unary_and_streamed(door: _Door, algorithm: str) -> None:
+    """tritonclient's compression_algorithm, on infer and on a stream: the answers are the uncompressed ones."""
+    big_a = np.arange(2 * 16, dtype=np.int32).reshape(2, 16)
+    with tc.InferenceServerClient(door.address) as client:
+        got = client.infer("simple", simple_inputs(tc, big_a, B), compression_algorithm=algorithm)
+        np.testing.assert_array_equal(got.as_numpy("OUTPUT0"), big_a + B)
+        np.testing.assert_array_equal(got.as_numpy("OUTPUT1"), big_a - B)
+        answers: list[object] = []
+        client.start_stream(callback=lambda result, error: answers.append(error or result),
+                            compression_algorithm=algorithm)  # fmt: skip
+        for _ in range(3):
+            client.async_stream_infer("simple", simple_inputs(tc, A, B))
+        client.stop_stream()
+        assert len(answers) == 3, answers
+        for answer in answers:
+            assert not isinstance(answer, InferenceServerException), answer
+            np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), A + B)  # type: ignore[attr-defined]
+
+
+def test_a_compressed_request_that_inflates_past_the_limit_is_refused(dataplane: DataPlane) -> None:
+    """A small gzip message that inflates past max_message_bytes: RESOURCE_EXHAUSTED, the door serves on."""
+    small = _Door(dataplane, max_message_bytes=64 * 1024)
+    try:
+        with grpc.insecure_channel(small.address, compression=grpc.Compression.Gzip) as channel:
+            call = channel.unary_unary("/inference.GRPCInferenceService/ServerLive")
+            with pytest.raises(grpc.RpcError) as info:
+                call(b"\x00" * (1024 * 1024), timeout=10)  # ~1 KiB compressed, 1 MiB inflated
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "limit" in (info.value.details() or "")
+            assert call(b"", timeout=10) == b"\x08\x01"  # ServerLiveResponse(live=True)
+    finally:
+        small.close()
 
 
 def test_a_stream_answers_every_request_in_one_call(door: _Door) -> None:
@@ -202,8 +232,7 @@ def test_a_client_that_does_not_speak_http2_is_turned_away(door: _Door) -> None:
 
 @pytest.mark.parametrize("door_flag", ["h2", "grpcio"])
 def test_servelab_serve_serves_either_door(door_flag: str, test_repository: Path, tmp_path: Path) -> None:
-    """Through ``servelab serve`` (uvloop): both doors answer unary and streaming calls alike; only grpcio
-    takes gzip-compressed messages, and h2 says what to send instead."""
+    """Through ``servelab serve`` (uvloop): both doors answer unary, streaming and gzip-compressed calls alike."""
     with running_server(test_repository, tmp_path, door_flag, "--grpc-door", door_flag, "--load-model", "simple",
                         "--model-control-mode", "explicit") as server, \
             tc.InferenceServerClient(server.grpc_address) as client:  # fmt: skip
@@ -214,11 +243,5 @@ def test_servelab_serve_serves_either_door(door_flag: str, test_repository: Path
             client.async_stream_infer("simple", simple_inputs(tc, A, B))
         client.stop_stream()  # waits for the answers
         assert len(answers) == 3 and all(not isinstance(a, InferenceServerException) for a in answers), answers
-        if door_flag == "grpcio":
-            got = client.infer("simple", simple_inputs(tc, A, B), compression_algorithm="gzip")
-            np.testing.assert_array_equal(got.as_numpy("OUTPUT1"), A - B)
-        else:
-            with pytest.raises(InferenceServerException) as info:
-                client.infer("simple", simple_inputs(tc, A, B), compression_algorithm="gzip")
-            assert info.value.status() == "StatusCode.UNIMPLEMENTED" and "identity" in info.value.message()
-            assert client.is_server_live()
+        got = client.infer("simple", simple_inputs(tc, A, B), compression_algorithm="gzip")
+        np.testing.assert_array_equal(got.as_numpy("OUTPUT1"), A - B)

@@ -71,7 +71,7 @@ class ServerSettings(BaseSettings):
         "h2",
         description="What serves the gRPC port: h2, the lean HTTP/2 door on the event loop (frontends/grpc/h2: every "
         "method, streaming and TLS included, about 2x the calls per second of grpcio), or grpcio (grpc.aio), the "
-        "fallback; it also serves gzip-compressed messages, which h2 answers UNIMPLEMENTED.",
+        "fallback. Both take gzip and deflate requests.",
     )
     metrics_port: int = Field(8002, ge=0, le=65535, description="Prometheus /metrics.")
     management_port: int = Field(8081, ge=0, le=65535, description="TorchServe-compatible management API.")

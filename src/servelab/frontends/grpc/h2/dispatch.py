@@ -4,7 +4,8 @@ A unary call starts when its request is complete and answers in one write (``H2C
 call whose method streams either way starts at its headers: its request messages come through the
 stream's inbox as the client sends them, and its responses go out one message at a time under flow
 control (``send``, ``drained``, ``finish``), so a slow reader holds the handler back instead of filling
-memory. Deadlines (``grpc-timeout``) and the message limit apply to both kinds.
+memory. Deadlines (``grpc-timeout``) and the message limit apply to both kinds; gzip and deflate
+messages are inflated (:mod:`.compression`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import grpc.aio
 
 from servelab.frontends.grpc.errors import describe
 from servelab.frontends.grpc.h2.calls import CallContext, CallDetails, MethodTable, parse_timeout
+from servelab.frontends.grpc.h2.compression import CompressionRefused, inflate
 
 __all__ = ["Refused", "run_call"]
 
@@ -144,13 +146,15 @@ def _unary_request(conn: H2Connection, stream: _Stream, handler: grpc.RpcMethodH
                        f"received message of {stream.received - 5} bytes, over the limit of {conn.max_message_bytes}")  # fmt: skip
     if len(body) < 5 or int.from_bytes(body[1:5], "big") != len(body) - 5:
         raise Refused(grpc.StatusCode.INTERNAL, "a unary call carries exactly one length-prefixed message")
-    return _decode(handler, body[0], body[5:], encoding)
+    return _decode(handler, body[0], body[5:], encoding, conn.max_message_bytes)
 
 
-def _decode(handler: grpc.RpcMethodHandler, compressed: int, payload: bytes, encoding: str) -> Any:
+def _decode(handler: grpc.RpcMethodHandler, compressed: int, payload: bytes, encoding: str, limit: int) -> Any:
     if compressed:
-        raise Refused(grpc.StatusCode.UNIMPLEMENTED,
-                       f"compressed messages ({encoding or 'unnamed'}) are not served; send identity encoding")  # fmt: skip
+        try:
+            payload = inflate(payload, encoding, limit)
+        except CompressionRefused as exc:
+            raise Refused(exc.code, exc.message) from None
     return handler.request_deserializer(payload) if handler.request_deserializer else payload
 
 
@@ -168,7 +172,7 @@ async def _streaming(conn: H2Connection, stream_id: int, stream: _Stream, handle
                 return
             if isinstance(item, Refused):
                 raise item
-            yield _decode(handler, item[0], item[1], encoding)
+            yield _decode(handler, item[0], item[1], encoding, conn.max_message_bytes)
 
     async def single() -> Any:
         messages = [m async for m in requests()]
