@@ -39,11 +39,14 @@ SERVERS = ("servelab", "triton")
 #: is given the untouched files): they then run on servelab's event loop
 SERVELAB_MODES = {
     "process": "worker processes (default config)",
+    "process2": "worker processes (default config), in 2 server processes on the same ports (`--processes 2`), each with its own worker",
     "inline": "instance_mode thread + execute_never_blocks (on the event loop)",
     "inline2": "inline, in 2 server processes on the same ports (`--processes 2`, SO_REUSEPORT)",
 }
+#: the modes a run measures unless told (``process2`` measured no better than ``process`` on 2 cores: RESULTS.md)
+DEFAULT_MODES = ("process", "inline", "inline2")
 #: servelab serve's arguments per mode, beside the repository and the models to load
-_MODE_ARGS = {"inline2": ("--processes", "2")}
+_MODE_ARGS = {"inline2": ("--processes", "2"), "process2": ("--processes", "2")}
 _INLINE_PARAMETERS = (
     'parameters { key: "instance_mode" value { string_value: "thread" } }\n'
     'parameters { key: "execute_never_blocks" value { string_value: "1" } }\n'
@@ -75,7 +78,7 @@ def _servers(repo: Path, peers_dir: Path, modes: list[str], say: Any) -> Iterato
     with ExitStack() as stack:
         endpoints = {}
         for mode in modes:
-            served = repo if mode == "process" else inline_copy(repo, repo.parent / f"models-{mode}")
+            served = repo if mode.startswith("process") else inline_copy(repo, repo.parent / f"models-{mode}")
             peer = stack.enter_context(ServelabPeer(served, MODELS[0], progress=say,
                                                     extra_args=(*loads, *_MODE_ARGS.get(mode, ()))))
             endpoints[_server_name(mode)] = peer.start()
@@ -218,7 +221,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=_int_list, default=[1, 4, 16])
     parser.add_argument("--protocols", type=lambda t: t.split(","), default=["http", "grpc"])
     parser.add_argument("--models", type=lambda t: t.split(","), default=list(MODELS))
-    parser.add_argument("--servelab-modes", type=lambda t: t.split(","), default=list(SERVELAB_MODES),
+    parser.add_argument("--servelab-modes", type=lambda t: t.split(","), default=list(DEFAULT_MODES),
                         help=f"how servelab runs the python models, some of {list(SERVELAB_MODES)}")
     parser.add_argument("--peers-dir", type=Path, default=ROOT / ".peers")
     parser.add_argument("--out", type=Path, default=RESULTS)

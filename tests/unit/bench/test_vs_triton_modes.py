@@ -51,3 +51,11 @@ def test_the_section_names_the_mode_of_every_row(vs_triton) -> None:  # type: ig
     assert "instance_mode thread + execute_never_blocks" in text and "untouched config.pbtxt" in text
     old = vs_triton.results_markdown(_doc(None))  # a document from before the modes renders as it did
     assert "servelab mode" not in old and "both servers up" in old
+
+
+def test_process2_runs_the_untouched_files_in_two_processes_and_is_not_a_default(vs_triton) -> None:  # type: ignore[no-untyped-def]
+    assert vs_triton._MODE_ARGS["process2"] == ("--processes", "2")
+    assert "process2" not in vs_triton.DEFAULT_MODES and set(vs_triton.DEFAULT_MODES) <= set(vs_triton.SERVELAB_MODES)
+    text = vs_triton.results_markdown(_doc(["process", "process2"]))
+    assert "| add_sub | HTTP | 4 | process2 | 5,000 |" in text and "`--processes 2`" in text
+    assert "untouched config.pbtxt" not in text  # no inline mode: Triton and servelab get the same files
