@@ -9,7 +9,6 @@ import asyncio
 import socket
 from typing import Any
 
-import pytest
 import uvicorn
 
 from servelab.config.settings import LimitSettings
@@ -92,7 +91,6 @@ def test_a_head_request_still_gets_its_head() -> None:
     asyncio.run(_serve_and(check))
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_an_app_failing_after_its_start_sends_the_head_then_closes() -> None:
     async def check(port: int) -> None:
         first, rest = await _first_read_and_rest(port, "GET", "/fail")
