@@ -71,6 +71,7 @@ bench: $(STAMP) $(REPO)/.built
 	$(PY) benchmarks/shadow_overhead.py
 	$(VENV)/bin/servelab compare mlp --repo $(REPO) --targets servelab-onnxruntime,servelab-openvino,servelab-torch,inprocess-ort,fastapi-ort,torchserve,mlserver,mlserver@grpc --batch-sizes 1,32 --concurrency 8 --rounds 3 --baseline inprocess-ort --output benchmarks/results/compare.json --html out/compare.html --results-md benchmarks/RESULTS.md
 	$(PY) benchmarks/vs_triton.py
+	$(PY) benchmarks/request_path.py
 	$(PY) benchmarks/processes_model.py
 	$(PY) benchmarks/grpc_floor.py
 	$(PY) benchmarks/ray_overhead.py
