@@ -19,8 +19,8 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -e ".[bench,dev]"  # the server, the measuring instrument and the test tools
-	$(PY) -m pip install -q --no-compile --no-deps "tensorflow-serving-api>=2.16"  # extra tfserving-client: it asks for tensorflow, dev has tensorflow-cpu
+	$(PY) -m pip install -q -e ".[bench,dev]"  # the server, the measuring instrument and the test tools
+	$(PY) -m pip install -q --no-deps "tensorflow-serving-api>=2.16"  # extra tfserving-client: it asks for tensorflow, dev has tensorflow-cpu
 	$(PY) -c "import servelab.protocol"  # generates the gRPC/protobuf code from the bundled .proto files
 	touch $(STAMP)
 
