@@ -8,7 +8,7 @@ REPO   := examples/repository
 # resnet50 and text add ~2 h each (full exhaustive grids of ~216 points): make bench SELECT_MODELS=credit,resnet50,text,graphsage
 SELECT_MODELS ?= credit,graphsage
 
-.PHONY: help venv demo test test-fast lint bench clean browser prometheus
+.PHONY: help venv demo test test-fast lint bench clean browser prometheus peers
 
 help:
 	@echo "make demo   - set up, build the example repository, serve it and compare runtimes"
@@ -46,7 +46,15 @@ prometheus:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) ; } || \
 	  echo "prometheus not installed: the dashboard test will skip"
 
-test: $(STAMP) browser prometheus lint
+# The peers' own environments under .peers/ (TorchServe, MLServer, Triton, perf_analyzer): tests and
+# `servelab compare` install them on first use; `make test` installs them beside lint, so the suite does not
+# wait ~2 min for pip. A peer that cannot be installed is reported; its tests say why they skip or fail.
+peers: $(STAMP)
+	$(PY) tools/install_peers.py
+
+test: $(STAMP)
+	@$(MAKE) --no-print-directory peers & peers=$$!; \
+	  $(MAKE) --no-print-directory browser prometheus lint; lint=$$?; wait $$peers; exit $$lint
 	$(PY) -m pytest -q --durations=30 tests
 
 test-fast: $(STAMP)
