@@ -14,6 +14,7 @@ help:
 	@echo "make demo   - set up, build the example repository, serve it and compare runtimes"
 	@echo "make test   - set up, lint, and run the whole test suite"
 	@echo "make lint   - ruff, mypy, the import-layer check and the import-cycle check"
+	@echo "make peers  - install the peer servers' own environments under .peers/ (make test does it beside lint)"
 	@echo "make bench  - run the benchmarks (tables printed, JSON in benchmarks/results/)"
 
 $(STAMP): pyproject.toml
